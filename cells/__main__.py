@@ -1,0 +1,50 @@
+"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _cmd_list(_: argparse.Namespace) -> int:
+    from cells.pipeline import STEPS
+
+    for step in STEPS:
+        print(f"{step.number:>2}  {step.module:<24} {step.summary}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from cells.pipeline import run
+    from cells.step_02_profiles import get_profile
+
+    profile = get_profile(args.profile)
+    if profile.is_cpu:
+        # CPU profiles never touch the network; without this a hub lookup takes ~50 s to fail.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir)
+    total = sum(ctx.timings.values())
+    print(f"done: steps {ctx.completed} in {total:.1f}s; run dir {ctx.run_dir}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall pipeline")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the pipeline steps").set_defaults(func=_cmd_list)
+    p_run = sub.add_parser("run", help="run pipeline steps for a profile")
+    p_run.add_argument("--profile", default="cpu-smoke", help="cpu-smoke, cpu-learn, colab-t4, colab-a100")
+    p_run.add_argument("--steps", default=None, help="e.g. 4-7 or 1,3,5 (default: all)")
+    p_run.add_argument("--run-dir", default=None, help="default: runs/<profile>")
+    p_run.set_defaults(func=_cmd_run)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ValueError as exc:  # ProfileError, PipelineError's siblings: user input problems
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""Pipeline plumbing: the `Context` every step reads and writes, and the ordered step registry.
+
+The notebook builder, the CLI (`python -m cells run`) and the end-to-end tests all iterate
+`STEPS`, so adding a step means adding one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.step_02_profiles import Profile
+
+
+class PipelineError(RuntimeError):
+    """A step was asked for that does not exist, or ran out of order."""
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One registry entry: its number, module name and a one-line summary."""
+
+    number: int
+    module: str
+    summary: str
+
+    @property
+    def import_path(self) -> str:
+        return f"cells.{self.module}"
+
+
+STEPS: tuple[StepInfo, ...] = (
+    StepInfo(1, "step_01_setup", "Detect the runtime, create the run directory, seed RNGs"),
+    StepInfo(2, "step_02_profiles", "Resolve the profile (every knob the later steps need)"),
+    StepInfo(3, "step_03_data", "Load and validate fixtures under cells/data with a sha256 manifest"),
+    StepInfo(4, "step_04_models", "Frozen data model shared by everything"),
+    StepInfo(5, "step_05_vendors", "Five mock vendor APIs (16 tools)"),
+    StepInfo(6, "step_06_drift", "Drift catalogue, schedules and mutations"),
+    StepInfo(7, "step_07_tasks", "Seeded multilingual goal generator and simulated user facts"),
+)
+
+
+@dataclass
+class Context:
+    """State handed from step to step.
+
+    The profile and run directory are fixed at creation; every other slot is filled by the
+    step named in its comment. `artifacts` maps a short name to a file a step wrote.
+    """
+
+    profile: Profile
+    run_dir: Path
+    runtime: Any = None  # step_01: RuntimeInfo
+    data: Any = None  # step_03: DataBundle
+    env_factory: Any = None  # step_10
+    model: Any = None  # step_12
+    tokenizer: Any = None  # step_12
+    trainer_state: dict[str, Any] = field(default_factory=dict)  # steps 15-17
+    reports: dict[str, Any] = field(default_factory=dict)  # steps 18-22
+    artifacts: dict[str, Path] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    completed: list[int] = field(default_factory=list)
+
+
+def step_by_number(number: int) -> StepInfo:
+    for step in STEPS:
+        if step.number == number:
+            return step
+    valid = ", ".join(str(s.number) for s in STEPS)
+    raise PipelineError(f"no step {number}; registered steps are {valid}")
+
+
+def parse_step_range(spec: str | None) -> tuple[int, ...]:
+    """Parse `"4-7"`, `"1,3,5"` or `"2"` into step numbers; None means every step."""
+    if spec is None or spec.strip() == "":
+        return tuple(s.number for s in STEPS)
+    numbers: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                numbers.extend(range(lo, hi + 1))
+            else:
+                numbers.append(int(part))
+        except ValueError as exc:
+            raise PipelineError(f"bad step spec {spec!r}: use forms like '4-7', '1,3' or '2'") from exc
+    for n in numbers:
+        step_by_number(n)
+    return tuple(dict.fromkeys(numbers))
+
+
+def make_context(profile_name: str, run_dir: str | Path | None = None) -> Context:
+    """Build a fresh Context for `profile_name` (run_dir defaults to the profile's)."""
+    from cells.step_02_profiles import get_profile
+
+    profile = get_profile(profile_name)
+    path = Path(run_dir) if run_dir is not None else Path(profile.run_root) / profile.name
+    return Context(profile=profile, run_dir=path)
+
+
+def run_step(ctx: Context, number: int) -> Context:
+    """Import step `number` and call its `run(ctx)`, recording the wall time."""
+    info = step_by_number(number)
+    module = importlib.import_module(info.import_path)
+    t0 = time.perf_counter()
+    ctx = module.run(ctx)
+    ctx.timings[info.module] = time.perf_counter() - t0
+    ctx.completed.append(number)
+    return ctx
+
+
+def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None) -> Context:
+    """Run the registered steps (all by default) for `profile` and return the final Context."""
+    numbers = parse_step_range(steps)
+    ctx = make_context(profile, run_dir)
+    # Step 1 always runs first: it creates the run directory and seeds RNGs every step relies on.
+    if numbers[0] != 1:
+        ctx = run_step(ctx, 1)
+    for n in numbers:
+        ctx = run_step(ctx, n)
+    return ctx

@@ -1,0 +1,241 @@
+"""Step 2 - profiles: frozen presets holding every knob the later steps read.
+
+One base `Profile` plus short overrides per preset, each with a reason. Cross-field rules are
+checked in `__post_init__` and raise `ProfileError` naming the rule, the values and the fix.
+Also the single home of the seed ranges: training, probe and held-out evaluation seeds never
+overlap (`SEED_RANGES`).
+
+Reads `ctx.profile`; writes `<run_dir>/profile.json`.
+Run alone: `python -m cells run --profile cpu-smoke --steps 2` (instant).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.pipeline import Context
+
+LANGUAGES: tuple[str, ...] = ("hi", "ta", "kn", "en", "hinglish")
+
+
+class ProfileError(ValueError):
+    """An unknown profile name or an inconsistent set of knobs."""
+
+
+@dataclass(frozen=True)
+class SeedRange:
+    """A half-open range of episode seeds reserved for one purpose."""
+
+    name: str
+    start: int
+    stop: int
+
+    def __contains__(self, seed: object) -> bool:
+        return isinstance(seed, int) and self.start <= seed < self.stop
+
+    def seed(self, index: int) -> int:
+        """The `index`-th seed of the range; raises if the range is exhausted."""
+        if not 0 <= index < self.stop - self.start:
+            raise ProfileError(f"seed index {index} outside {self.name} range of size {self.stop - self.start}")
+        return self.start + index
+
+
+# The one place seed ranges are defined. Evaluation seeds are never used for training or probing.
+TRAIN_SEEDS = SeedRange("train", 0, 800_000_000)
+PROBE_SEEDS = SeedRange("probe", 800_000_000, 900_000_000)
+EVAL_SEEDS = SeedRange("eval", 900_000_000, 1_000_000_000)
+SEED_RANGES: tuple[SeedRange, ...] = (TRAIN_SEEDS, PROBE_SEEDS, EVAL_SEEDS)
+
+
+def _uniform_languages() -> tuple[tuple[str, float], ...]:
+    return tuple((lang, 1.0) for lang in LANGUAGES)
+
+
+@dataclass(frozen=True)
+class TinyModelRecipe:
+    """A Gemma-architecture model small enough to build and train on a CPU in seconds."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    head_dim: int = 32
+    max_position_embeddings: int = 4096
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every knob the pipeline reads. Presets override only what differs (see `PROFILES`)."""
+
+    name: str = "base"
+    # --- model (step 12) ---
+    model_id: str | None = None  # Hub id for GPU profiles; None = build the tiny local model
+    tiny: TinyModelRecipe | None = field(default_factory=TinyModelRecipe)
+    load_in_4bit: bool = False
+    use_unsloth: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    # --- generation / rollout (steps 11, 14) ---
+    max_prompt_tokens: int = 1024
+    max_new_tokens_per_turn: int = 96
+    max_episode_tokens: int = 2048
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # --- GRPO (steps 13-17) ---
+    num_generations: int = 4  # G: episodes per prompt
+    prompts_per_step: int = 1  # distinct goals per optimiser step
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 5e-6
+    max_grad_norm: float = 1.0
+    beta_kl: float = 0.04
+    steps_per_stage: tuple[int, int, int] = (2, 2, 2)
+    save_every: int = 1
+    # --- warm start (step 15) ---
+    sft_episodes: int = 16
+    sft_epochs: int = 1
+    sft_learning_rate: float = 1e-4
+    # --- evaluation (steps 18-20) ---
+    eval_episodes_per_cell: int = 1  # per (stage, language)
+    pass_k: int = 4
+    probe_episodes_per_policy: int = 10
+    bootstrap_resamples: int = 1000
+    # --- curriculum ---
+    language_weights: tuple[tuple[tuple[str, float], ...], ...] = (
+        _uniform_languages(), _uniform_languages(), _uniform_languages()
+    )
+    # --- misc ---
+    seed: int = 1234
+    run_root: str = "runs"
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+
+    def __post_init__(self) -> None:
+        if self.num_generations < 2:
+            raise ProfileError(
+                f"num_generations must be >= 2 for group-relative advantages (got {self.num_generations}); "
+                "set it to 2 or more"
+            )
+        batch = self.prompts_per_step * self.num_generations
+        if batch % self.num_generations:
+            raise ProfileError(f"batch {batch} must be divisible by num_generations {self.num_generations}")
+        if self.model_id is None and self.tiny is None:
+            raise ProfileError(f"profile {self.name!r}: set model_id (Hub model) or tiny (local recipe)")
+        if len(self.steps_per_stage) != 3 or min(self.steps_per_stage) < 0:
+            raise ProfileError(f"steps_per_stage must be three non-negative ints, got {self.steps_per_stage}")
+        if len(self.language_weights) != 3:
+            raise ProfileError("language_weights needs one weight table per stage (3)")
+        for table in self.language_weights:
+            unknown = {lang for lang, _ in table} - set(LANGUAGES)
+            if unknown or sum(w for _, w in table) <= 0:
+                raise ProfileError(
+                    f"language weights {table} must use languages {LANGUAGES} with a positive total"
+                )
+        if self.precision not in {"fp32", "bf16", "fp16"}:
+            raise ProfileError(f"precision must be fp32, bf16 or fp16, got {self.precision!r}")
+        if self.max_new_tokens_per_turn <= 0 or self.max_episode_tokens <= self.max_new_tokens_per_turn:
+            raise ProfileError("max_episode_tokens must exceed max_new_tokens_per_turn (> 0)")
+
+    def languages_for_stage(self, stage: int) -> dict[str, float]:
+        """Language sampling weights for curriculum stage 1, 2 or 3."""
+        if stage not in (1, 2, 3):
+            raise ProfileError(f"stage must be 1, 2 or 3, got {stage}")
+        return dict(self.language_weights[stage - 1])
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.model_id is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_BASE = Profile()
+
+PROFILES: dict[str, Profile] = {
+    # Proves wiring end to end in minutes on 2 CPU cores (CI): tiny model, two steps per stage.
+    "cpu-smoke": dataclasses.replace(
+        _BASE,
+        name="cpu-smoke",
+        learning_rate=5e-4,  # tiny randomly initialised models need a far larger step than 5e-6
+        max_prompt_tokens=768,
+        max_new_tokens_per_turn=64,  # one JSON action fits in ~40 tokens of the project tokenizer
+        max_episode_tokens=1024,
+    ),
+    # Proves the pipeline learns: a larger tiny model, more warm start and GRPO steps (~30-60 min).
+    "cpu-learn": dataclasses.replace(
+        _BASE,
+        name="cpu-learn",
+        tiny=TinyModelRecipe(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4),
+        learning_rate=3e-4,  # still a from-scratch tiny model; 5e-6 would not move it
+        max_prompt_tokens=768,
+        max_new_tokens_per_turn=64,
+        max_episode_tokens=1536,
+        steps_per_stage=(30, 30, 30),
+        sft_episodes=400,
+        sft_epochs=3,
+        eval_episodes_per_cell=6,
+        probe_episodes_per_policy=40,
+    ),
+    # Colab T4 (16 GB, no bf16): Gemma 3 1B-it in 4-bit via Unsloth + LoRA r16 fits with G=4 and
+    # ~2k-token episodes (measured budget: ~1 GB weights, activations dominate).
+    "colab-t4": dataclasses.replace(
+        _BASE,
+        name="colab-t4",
+        model_id="unsloth/gemma-3-1b-it",
+        tiny=None,
+        load_in_4bit=True,
+        use_unsloth=True,
+        precision="fp16",  # T4 has no bf16
+        max_new_tokens_per_turn=128,
+        max_episode_tokens=2048,
+        steps_per_stage=(100, 100, 100),
+        sft_episodes=500,
+        sft_epochs=2,
+        sft_learning_rate=2e-4,
+        eval_episodes_per_cell=20,
+        probe_episodes_per_policy=50,
+    ),
+    # A100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 LoRA, G=8 per the design.
+    "colab-a100": dataclasses.replace(
+        _BASE,
+        name="colab-a100",
+        model_id="unsloth/gemma-3-4b-it",
+        tiny=None,
+        use_unsloth=True,
+        precision="bf16",
+        num_generations=8,
+        max_new_tokens_per_turn=128,
+        max_episode_tokens=3072,
+        steps_per_stage=(150, 150, 150),
+        sft_episodes=1000,
+        sft_epochs=2,
+        sft_learning_rate=2e-4,
+        eval_episodes_per_cell=40,
+        probe_episodes_per_policy=100,
+    ),
+}
+
+
+def get_profile(name: str) -> Profile:
+    """Return the preset called `name`; unknown names list the valid ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        valid = ", ".join(sorted(PROFILES))
+        raise ProfileError(f"unknown profile {name!r}; valid profiles: {valid}") from None
+
+
+def run(ctx: Context) -> Context:
+    """Write the resolved profile to the run directory."""
+    path = ctx.run_dir / "profile.json"
+    path.write_text(json.dumps(ctx.profile.to_dict(), indent=2), encoding="utf-8")
+    ctx.artifacts["profile"] = path
+    print(f"[profiles] {ctx.profile.name}: G={ctx.profile.num_generations} steps/stage={ctx.profile.steps_per_stage}")
+    return ctx
