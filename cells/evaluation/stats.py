@@ -1,0 +1,267 @@
+"""Evaluation statistics over `EvalRecord`s (DESIGN §10). Pure functions; deterministic per seed.
+
+Conventions:
+- every interval is a 95 % interval (`CI_LEVEL`);
+- means use the percentile bootstrap (`scipy.stats.bootstrap`, `method="percentile"`: BCa is
+  undefined on the constant/binary samples evaluation produces) with
+  `numpy.random.default_rng(stable_int(seed, tag))`, so a fixed seed gives identical intervals;
+- proportions use the Wilson score interval (`scipy.stats.binomtest(...).proportion_ci`);
+- paired final − baseline uses the bootstrap for the CI of the mean difference and a two-sided
+  paired **sign-flip permutation test** (`scipy.stats.permutation_test`,
+  `permutation_type="samples"`; exact when 2**n <= resamples) for the p-value: unlike the
+  Wilcoxon test it is defined when every difference is zero and tests the mean itself;
+- empty inputs give `None` values (never NaN) so reports stay valid JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from cells.evaluation.records import EvalRecord
+from cells.step_04_models import stable_int
+
+CI_LEVEL = 0.95
+PAIRED_TEST = "two-sided paired sign-flip permutation test on the mean difference"
+
+
+class SeedMismatchError(ValueError):
+    """Baseline and final record sets do not cover exactly the same (seed, stage, language, trial) keys."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a confidence interval; all None when there was no data."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rng(seed: int, *tags: Any) -> np.random.Generator:
+    return np.random.default_rng(stable_int(seed, *tags) % 2**32)
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def mean_ci(values: Sequence[float], *, resamples: int = 1000, seed: int = 0, tag: str = "mean") -> Estimate:
+    """Mean with a percentile-bootstrap CI; a constant sample gets a zero-width interval."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return Estimate(None, None, None, 0)
+    m = float(x.mean())
+    if x.size == 1 or np.all(x == x[0]):
+        return Estimate(m, m, m, int(x.size))
+    res = stats.bootstrap((x,), np.mean, n_resamples=resamples, confidence_level=CI_LEVEL,
+                          method="percentile", vectorized=True, rng=_rng(seed, tag))
+    ci = res.confidence_interval
+    return Estimate(m, _finite(ci.low), _finite(ci.high), int(x.size))
+
+
+def success_ci(successes: Sequence[bool]) -> Estimate:
+    """Success rate with a Wilson score interval."""
+    from scipy import stats
+
+    n = len(successes)
+    if n == 0:
+        return Estimate(None, None, None, 0)
+    k = int(sum(bool(s) for s in successes))
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=CI_LEVEL, method="wilson")
+    return Estimate(k / n, float(ci.low), float(ci.high), n)
+
+
+def _pairs(baseline: Iterable[EvalRecord], final: Iterable[EvalRecord]) -> list[tuple[EvalRecord, EvalRecord]]:
+    """Match records by pair key; raise `SeedMismatchError` on duplicates or uncovered keys."""
+    sides: list[dict[tuple, EvalRecord]] = []
+    for label, recs in (("baseline", baseline), ("final", final)):
+        table: dict[tuple, EvalRecord] = {}
+        for r in recs:
+            if r.pair_key in table:
+                raise SeedMismatchError(
+                    f"{label} has two records for (seed, stage, language, trial)={r.pair_key}; "
+                    "pass the records of one policy per side, each key once"
+                )
+            table[r.pair_key] = r
+        sides.append(table)
+    base, fin = sides
+    only_b, only_f = sorted(set(base) - set(fin)), sorted(set(fin) - set(base))
+    if only_b or only_f:
+        raise SeedMismatchError(
+            f"paired evaluation needs identical keys: {len(only_b)} only in baseline (e.g. {only_b[:3]}), "
+            f"{len(only_f)} only in final (e.g. {only_f[:3]}); evaluate both on the same frozen eval seeds"
+        )
+    if not base:
+        raise SeedMismatchError("no records to pair: both sides are empty")
+    return [(base[k], fin[k]) for k in sorted(base)]
+
+
+def paired_difference(
+    baseline: Iterable[EvalRecord], final: Iterable[EvalRecord], *, metric: str = "reward",
+    resamples: int = 1000, seed: int = 0,
+) -> dict[str, Any]:
+    """Mean of final − baseline over matched keys, its bootstrap CI and a permutation p-value."""
+    from scipy import stats
+
+    pairs = _pairs(baseline, final)
+    b = np.array([float(getattr(p[0], metric)) for p in pairs])
+    f = np.array([float(getattr(p[1], metric)) for p in pairs])
+    d = f - b
+    diff = mean_ci(d, resamples=resamples, seed=seed, tag=f"paired/{metric}")
+    if np.all(d == 0):
+        p_value = 1.0
+    else:
+        res = stats.permutation_test(
+            (f, b), lambda x, y, axis=-1: np.mean(x - y, axis=axis), permutation_type="samples",
+            vectorized=True, n_resamples=resamples, alternative="two-sided", rng=_rng(seed, "perm", metric),
+        )
+        p_value = float(res.pvalue)
+    return {
+        "metric": metric, "n_pairs": len(pairs), "baseline_mean": float(b.mean()), "final_mean": float(f.mean()),
+        "diff": diff.to_dict(), "p_value": p_value, "test": PAIRED_TEST,
+    }
+
+
+def _record_groups(record: EvalRecord, by: str) -> tuple[str, ...]:
+    if by == "language":
+        return (record.language,)
+    if by == "stage":
+        return (str(record.stage),)
+    if by == "drift_kind":
+        return tuple(dict.fromkeys(record.drift_kinds)) or ("none",)
+    if by == "pattern":
+        return tuple(dict.fromkeys(record.drift_patterns)) or ("none",)
+    raise ValueError(f"unknown grouping {by!r}; use language, stage, drift_kind or pattern")
+
+
+def group_table(records: Sequence[EvalRecord], by: str, *, resamples: int = 1000,
+                seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Per-group success and reward. An episode with several drift kinds counts once in each;
+    episodes where no drift fired form the group "none"."""
+    groups: dict[str, list[EvalRecord]] = defaultdict(list)
+    for r in records:
+        for g in _record_groups(r, by):
+            groups[g].append(r)
+    return {
+        g: {
+            "n": len(rs),
+            "success": success_ci([r.success for r in rs]).to_dict(),
+            "reward": mean_ci([r.reward for r in rs], resamples=resamples, seed=seed, tag=f"{by}/{g}").to_dict(),
+        }
+        for g, rs in sorted(groups.items())
+    }
+
+
+def drift_gap(records: Sequence[EvalRecord], *, resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Success rate without drift − success rate with drift, with a two-sample bootstrap CI."""
+    from scipy import stats
+
+    no = np.array([r.success for r in records if not r.drift_fired], dtype=float)
+    yes = np.array([r.success for r in records if r.drift_fired], dtype=float)
+    out: dict[str, Any] = {"n_no_drift": int(no.size), "n_drift": int(yes.size),
+                           "success_no_drift": _finite(no.mean()) if no.size else None,
+                           "success_drift": _finite(yes.mean()) if yes.size else None}
+    if not no.size or not yes.size:
+        return {**out, "gap": Estimate(None, None, None, len(records)).to_dict()}
+    gap = float(no.mean() - yes.mean())
+    if np.all(no == no[0]) and np.all(yes == yes[0]):
+        low = high = gap
+    else:
+        res = stats.bootstrap((no, yes), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis),
+                              n_resamples=resamples, confidence_level=CI_LEVEL, method="percentile",
+                              vectorized=True, rng=_rng(seed, "drift_gap"))
+        low, high = res.confidence_interval.low, res.confidence_interval.high
+    return {**out, "gap": Estimate(gap, _finite(low), _finite(high), len(records)).to_dict()}
+
+
+def drift_latency(records: Sequence[EvalRecord]) -> dict[str, Any]:
+    """Turns from a drift firing to the agent handling it, over every fired drift."""
+    lat = [x for r in records for x in r.drift_latencies]
+    handled = [x for x in lat if x is not None]
+    return {
+        "n_fired": len(lat), "n_handled": len(handled),
+        "handled_rate": len(handled) / len(lat) if lat else None,
+        "mean_turns": float(np.mean(handled)) if handled else None,
+        "median_turns": float(np.median(handled)) if handled else None,
+    }
+
+
+def pass_hat_k(records: Sequence[EvalRecord], k_max: int | None = None) -> dict[str, float]:
+    """pass^k for k = 1..K (τ-bench, Yao et al. 2024): the chance that k i.i.d. trials of a task
+    all succeed, estimated per task without bias as C(c, k) / C(n, k) from c successes in n trials,
+    then averaged over tasks. K is capped by the fewest trials any task has."""
+    tasks: dict[tuple, list[bool]] = defaultdict(list)
+    for r in records:
+        tasks[r.task_key].append(r.success)
+    if not tasks:
+        return {}
+    n_min = min(len(v) for v in tasks.values())
+    k_top = n_min if k_max is None else min(k_max, n_min)
+    return {
+        str(k): float(np.mean([math.comb(sum(v), k) / math.comb(len(v), k) for v in tasks.values()]))
+        for k in range(1, k_top + 1)
+    }
+
+
+def calibration(records: Sequence[EvalRecord], *, bins: int = 10) -> dict[str, Any]:
+    """Brier score, expected calibration error over `bins` equal-width bins, and the bins."""
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    conf = np.array([r.confidence for r in records], dtype=float)
+    acc = np.array([r.success for r in records], dtype=float)
+    idx = np.minimum((conf * bins).astype(int), bins - 1)  # confidence 1.0 falls in the last bin
+    table, ece = [], 0.0
+    for b in range(bins):
+        mask = idx == b
+        count = int(mask.sum())
+        mc = float(conf[mask].mean()) if count else None
+        ac = float(acc[mask].mean()) if count else None
+        if count:
+            ece += count / conf.size * abs(ac - mc)  # type: ignore[operator]
+        table.append({"low": b / bins, "high": (b + 1) / bins, "count": count,
+                      "mean_confidence": mc, "accuracy": ac})
+    return {
+        "n": int(conf.size),
+        "brier": float(np.mean((conf - acc) ** 2)) if conf.size else None,
+        "ece": float(ece) if conf.size else None,
+        "bins": table,
+    }
+
+
+def parse_failure_stats(records: Sequence[EvalRecord]) -> dict[str, Any]:
+    """`rate` = unparsable outputs per turn used; `episode_rate` = share of episodes with any."""
+    turns = sum(r.turns_used for r in records)
+    fails = sum(r.parse_failures for r in records)
+    return {
+        "failures": fails, "turns": turns, "rate": fails / turns if turns else None,
+        "episode_rate": sum(r.parse_failures > 0 for r in records) / len(records) if records else None,
+    }
+
+
+def counts(values: Iterable[str]) -> dict[str, int]:
+    """Occurrence count per value, sorted by key."""
+    out: dict[str, int] = defaultdict(int)
+    for v in values:
+        out[v] += 1
+    return dict(sorted(out.items()))
+
+
+def by_policy(records: Iterable[EvalRecord]) -> dict[str, list[EvalRecord]]:
+    """Split records by policy name (sorted)."""
+    out: dict[str, list[EvalRecord]] = defaultdict(list)
+    for r in records:
+        out[r.policy].append(r)
+    return dict(sorted(out.items()))
+

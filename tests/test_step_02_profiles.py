@@ -1,0 +1,51 @@
+import dataclasses
+
+import pytest
+
+from cells.step_02_profiles import (
+    EVAL_SEEDS, PROBE_SEEDS, PROFILES, SEED_RANGES, TRAIN_SEEDS, Profile, ProfileError, get_profile,
+)
+
+
+def test_presets_exist_and_are_valid():
+    assert set(PROFILES) == {"cpu-smoke", "cpu-learn", "colab-t4", "colab-a100"}
+    assert get_profile("cpu-smoke").is_cpu and not get_profile("colab-t4").is_cpu
+    assert get_profile("colab-a100").num_generations == 8
+    assert get_profile("colab-t4").precision == "fp16"
+
+
+def test_unknown_profile_lists_valid_names():
+    with pytest.raises(ProfileError) as err:
+        get_profile("gpu-huge")
+    for name in PROFILES:
+        assert name in str(err.value)
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"num_generations": 1}, "num_generations"),
+    ({"steps_per_stage": (1, 2)}, "steps_per_stage"),
+    ({"language_weights": ((("xx", 1.0),),) * 3}, "languages"),
+    ({"precision": "int3"}, "precision"),
+    ({"model_id": None, "tiny": None}, "model_id"),
+    ({"max_episode_tokens": 10, "max_new_tokens_per_turn": 64}, "max_episode_tokens"),
+])
+def test_post_init_rejects_inconsistent_knobs(change, fragment):
+    with pytest.raises(ProfileError, match=fragment):
+        dataclasses.replace(Profile(), **change)
+
+
+def test_languages_for_stage():
+    p = get_profile("cpu-smoke")
+    assert set(p.languages_for_stage(2)) == {"hi", "ta", "kn", "en", "hinglish"}
+    with pytest.raises(ProfileError):
+        p.languages_for_stage(4)
+
+
+def test_seed_ranges_are_disjoint_and_ordered():
+    spans = sorted((r.start, r.stop) for r in SEED_RANGES)
+    for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+        assert a1 <= b0
+    assert 5 in TRAIN_SEEDS and 5 not in EVAL_SEEDS
+    assert EVAL_SEEDS.seed(0) in EVAL_SEEDS and EVAL_SEEDS.seed(0) not in PROBE_SEEDS
+    with pytest.raises(ProfileError):
+        EVAL_SEEDS.seed(EVAL_SEEDS.stop - EVAL_SEEDS.start)
