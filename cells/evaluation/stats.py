@@ -28,6 +28,7 @@ from cells.step_04_models import stable_int
 
 CI_LEVEL = 0.95
 PAIRED_TEST = "two-sided paired sign-flip permutation test on the mean difference"
+PERMUTATIONS = 9999
 
 
 class SeedMismatchError(ValueError):
@@ -110,9 +111,10 @@ def _pairs(baseline: Iterable[EvalRecord], final: Iterable[EvalRecord]) -> list[
 
 def paired_difference(
     baseline: Iterable[EvalRecord], final: Iterable[EvalRecord], *, metric: str = "reward",
-    resamples: int = 1000, seed: int = 0,
+    resamples: int = 1000, seed: int = 0, permutations: int = PERMUTATIONS,
 ) -> dict[str, Any]:
-    """Mean of final − baseline over matched keys, its bootstrap CI and a permutation p-value."""
+    """Mean of final − baseline over matched keys, its bootstrap CI and a permutation p-value
+    (`permutations` random sign flips, or all 2**n when that is fewer; smallest p is 1/(permutations+1))."""
     from scipy import stats
 
     pairs = _pairs(baseline, final)
@@ -125,12 +127,12 @@ def paired_difference(
     else:
         res = stats.permutation_test(
             (f, b), lambda x, y, axis=-1: np.mean(x - y, axis=axis), permutation_type="samples",
-            vectorized=True, n_resamples=resamples, alternative="two-sided", rng=_rng(seed, "perm", metric),
+            vectorized=True, n_resamples=permutations, alternative="two-sided", rng=_rng(seed, "perm", metric),
         )
         p_value = float(res.pvalue)
     return {
         "metric": metric, "n_pairs": len(pairs), "baseline_mean": float(b.mean()), "final_mean": float(f.mean()),
-        "diff": diff.to_dict(), "p_value": p_value, "test": PAIRED_TEST,
+        "diff": diff.to_dict(), "p_value": p_value, "test": PAIRED_TEST, "permutations": permutations,
     }
 
 

@@ -1,0 +1,155 @@
+"""Markdown rendering of evaluation reports. Every number printed here is read from a report dict
+and formatted by `num`/`est`, so the summary test can check each against the JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DIGITS = 3
+P_DIGITS = 4
+NONE = "—"
+REFERENCE_ORDER: tuple[str, ...] = ("random", "naive", "expert")
+COMPONENT_ORDER: tuple[str, ...] = ("reward", "r_task", "r_drift", "r_constraints", "r_format", "r_penalty",
+                                   "confidence")
+ROLES: tuple[tuple[str, str], ...] = (("reference", "reference"), ("baseline", "baseline"), ("final", "trained"))
+
+
+def num(x: Any, digits: int = DIGITS) -> str:
+    """Format a number: ints as ints, floats with `digits` decimals, None as a dash."""
+    if x is None:
+        return NONE
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x).replace("|", "\\|")
+
+
+def est(e: Mapping[str, Any] | None, digits: int = DIGITS) -> str:
+    """`value [low, high]` for an Estimate dict."""
+    if not e or e.get("value") is None:
+        return NONE
+    return f"{num(e['value'], digits)} [{num(e.get('low'), digits)}, {num(e.get('high'), digits)}]"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured markdown table (empty string when there are no rows)."""
+    if not rows:
+        return ""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def policy_rows(reports: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(policy, role, policy_report): reference rows (random, naive, expert first), then baseline, final."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for key, role in ROLES:
+        pols = (reports.get(key) or {}).get("policies") or {}
+        order = sorted(pols, key=lambda n: (REFERENCE_ORDER.index(n) if n in REFERENCE_ORDER else 99, n))
+        out += [(name, role, pols[name]) for name in order]
+    return out
+
+
+def common_k(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> int | None:
+    """The largest k for which every policy has a pass^k value."""
+    ks = [max((int(k) for k in p.get("pass_k", {})), default=0) for _, _, p in rows]
+    return min(ks) if ks and min(ks) > 0 else None
+
+
+def headline(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+    k = common_k(rows)
+    header = ["policy", "role", "episodes", "success [95% CI]", "mean reward [95% CI]", "drift gap [95% CI]",
+              "pass^1", *([f"pass^{k}"] if k and k > 1 else []), "Brier", "ECE", "parse-failure rate"]
+    body = []
+    for name, role, p in rows:
+        pk = p.get("pass_k", {})
+        cal = p.get("calibration", {})
+        body.append([
+            name, role, num(p.get("n_episodes")), est(p.get("success")), est(p.get("components", {}).get("reward")),
+            est(p.get("drift_gap", {}).get("gap")), num(pk.get("1")),
+            *([num(pk.get(str(k)))] if k and k > 1 else []),
+            num(cal.get("brier")), num(cal.get("ece")), num(p.get("parse_failures", {}).get("rate")),
+        ])
+    return table(header, body)
+
+
+def pass_k_table(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+    kmax = max((int(k) for _, _, p in rows for k in p.get("pass_k", {})), default=0)
+    header = ["policy", *[f"pass^{k}" for k in range(1, kmax + 1)]]
+    return table(header, [[n, *[num(p.get("pass_k", {}).get(str(k))) for k in range(1, kmax + 1)]]
+                          for n, _, p in rows])
+
+
+def components_table(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+    comps = sorted({c for _, _, p in rows for c in p.get("components", {})},
+                   key=lambda c: (COMPONENT_ORDER.index(c) if c in COMPONENT_ORDER else 99, c))
+    return table(["policy", *comps], [[n, *[est(p.get("components", {}).get(c)) for c in comps]]
+                                      for n, _, p in rows])
+
+
+def group_table(rows: Sequence[tuple[str, str, dict[str, Any]]], key: str, metric: str = "success") -> str:
+    """Rows = groups (languages, drift kinds, ...), columns = policies; cells `value [CI] (n)`."""
+    groups = sorted({g for _, _, p in rows for g in p.get(key, {})})
+    body = []
+    for g in groups:
+        cells = []
+        for _, _, p in rows:
+            cell = p.get(key, {}).get(g)
+            cells.append(f"{est(cell.get(metric))} (n={num(cell.get('n'))})" if cell else NONE)
+        body.append([g, *cells])
+    return table([key.removeprefix("by_").replace("_", " "), *[n for n, _, _ in rows]], body)
+
+
+def latency_table(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+    header = ["policy", "drifts fired", "handled", "handled rate", "mean latency (turns)", "median latency (turns)"]
+    body = []
+    for n, _, p in rows:
+        lat = p.get("drift_latency", {})
+        body.append([n, num(lat.get("n_fired")), num(lat.get("n_handled")), num(lat.get("handled_rate")),
+                     num(lat.get("mean_turns")), num(lat.get("median_turns"))])
+    return table(header, body)
+
+
+def paired_section(paired: Mapping[str, Any]) -> str:
+    header = ["metric", "pairs", "baseline mean", "final mean", "final − baseline [95% CI]", "p-value"]
+    body = [[m, num(d.get("n_pairs")), num(d.get("baseline_mean")), num(d.get("final_mean")), est(d.get("diff")),
+             num(d.get("p_value"), P_DIGITS)] for m, d in (paired.get("metrics") or {}).items()]
+    text = (f"Final policy `{paired.get('final_policy')}` against baseline `{paired.get('baseline_policy')}` "
+            f"on identical (seed, stage, language, trial) keys; test: {paired.get('test', NONE)}.\n\n")
+    text += table(header, body)
+    langs = paired.get("by_language") or {}
+    if langs:
+        lang_body = [[lang, *[est((d.get(m) or {}).get("diff")) for m in ("success", "reward")],
+                      *[num((d.get(m) or {}).get("p_value"), P_DIGITS) for m in ("success", "reward")]]
+                     for lang, d in langs.items()]
+        header = ["language", "Δ success [95% CI]", "Δ reward [95% CI]", "p (success)", "p (reward)"]
+        text += "\n### Paired difference by language: final − baseline\n\n" + table(header, lang_body)
+    return text
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = ", ".join(num(x) for x in v) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+def probe_section(probe: Mapping[str, Any]) -> str:
+    """Render whatever the probe dict holds: per-policy mappings as one table, the rest as bullets."""
+    pols = probe.get("policies") if isinstance(probe.get("policies"), Mapping) else {
+        k: v for k, v in probe.items() if isinstance(v, Mapping)}
+    flat = {name: _flatten(v) for name, v in pols.items() if isinstance(v, Mapping)}
+    cols = sorted({c for row in flat.values() for c in row}, key=lambda c: (c.count("."), c))
+    text = table(["policy", *cols], [[n, *[num(row.get(c)) for c in cols]] for n, row in flat.items()])
+    extras = {k: v for k, v in probe.items() if k != "policies" and k not in pols}
+    for k, v in extras.items():
+        shown = ", ".join(num(x) for x in v) if isinstance(v, (list, tuple)) else num(v)
+        text += f"\n- **{k}**: {shown or NONE}"
+    return text + ("\n" if extras else "")

@@ -1,0 +1,122 @@
+"""Step 22: report.md is written, and every number in it equals the JSON reports at the shown precision."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cells import step_22_summary as summary
+from cells.evaluation.synthetic import synthetic_reports
+from cells.pipeline import Context
+from cells.step_01_setup import RuntimeInfo
+from cells.step_02_profiles import get_profile
+
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return synthetic_reports(resamples=100, seed=3)
+
+
+@pytest.fixture()
+def ctx(tmp_path, reports):
+    runtime = RuntimeInfo(on_colab=False, device="cpu", gpu_name=None, gpu_memory_gb=None, bf16_supported=False,
+                          python="3.11.7", versions=(("torch", "2.13.0+cpu"), ("trl", "1.16.0")), git_sha="abc123")
+    c = Context(profile=get_profile("cpu-smoke"), run_dir=tmp_path, runtime=runtime, reports=reports)
+    c.artifacts["plot/reliability"] = tmp_path / "plots" / "reliability.png"
+    return summary.run(c)
+
+
+def _tables(text: str) -> dict[str, list[list[str]]]:
+    """heading -> body rows (header and separator dropped) of the first table under each ### heading."""
+    out: dict[str, list[list[str]]] = {}
+    for block in text.split("\n### ")[1:]:
+        heading, _, rest = block.partition("\n")
+        rows = [line.strip("|").split(" | ") for line in rest.splitlines() if line.startswith("| ")]
+        out[heading.strip()] = [[c.strip() for c in r] for r in rows[1:]]
+    return out
+
+
+def _numbers(cell: str) -> list[tuple[float, int]]:
+    """Every number in a cell with its count of decimals."""
+    return [(float(m), len(m.split(".")[1]) if "." in m else 0) for m in NUMBER.findall(cell)]
+
+
+def _close(shown: float, decimals: int, value: float | None) -> bool:
+    return value is not None and abs(shown - value) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+def _leaves(obj) -> list[float]:
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _leaves(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in _leaves(v)]
+    return [float(obj)] if isinstance(obj, (int, float)) and not isinstance(obj, bool) else []
+
+
+def test_run_writes_report_and_artifact(ctx):
+    path = ctx.artifacts["report_md"]
+    text = path.read_text(encoding="utf-8")
+    assert path == ctx.run_dir / "report.md"
+    for heading in ("## Configuration", "## Versions", "### Headline", "### Success by language",
+                    "### Success by drift kind", "### Paired difference: final − baseline",
+                    "### Reward-hacking probe", "![reliability](plots/reliability.png)", "| pass_k | `4` |",
+                    "| trl | `1.16.0` |"):
+        assert heading in text, heading
+
+
+def test_headline_numbers_equal_json(ctx, reports):
+    rows = _tables(ctx.artifacts["report_md"].read_text(encoding="utf-8"))["Headline"]
+    by_name = {r[0]: r for r in rows}
+    expected = [("reference", n) for n in ("random", "naive", "expert")]
+    expected += [("baseline", "model-baseline"), ("final", "model-trained")]
+    assert [r[0] for r in rows] == [n for _, n in expected]
+    for key, name in expected:
+        pol = reports[key]["policies"][name]
+        row = by_name[name]
+        want = [pol["n_episodes"], *(pol["success"][k] for k in ("value", "low", "high")),
+                *(pol["components"]["reward"][k] for k in ("value", "low", "high")),
+                *(pol["drift_gap"]["gap"][k] for k in ("value", "low", "high")),
+                pol["pass_k"]["1"], pol["pass_k"]["2"], pol["calibration"]["brier"], pol["calibration"]["ece"],
+                pol["parse_failures"]["rate"]]
+        shown = [n for cell in row[2:] for n in _numbers(cell)]
+        assert len(shown) == len(want), (name, row)
+        for (value, decimals), target in zip(shown, want, strict=True):
+            assert _close(value, decimals, target), (name, value, target)
+
+
+def test_paired_numbers_equal_json(ctx, reports):
+    rows = _tables(ctx.artifacts["report_md"].read_text(encoding="utf-8"))["Paired difference: final − baseline"]
+    metrics = reports["paired"]["metrics"]
+    assert [r[0] for r in rows] == list(metrics)
+    for row in rows:
+        m = metrics[row[0]]
+        want = [m["n_pairs"], m["baseline_mean"], m["final_mean"], m["diff"]["value"], m["diff"]["low"],
+                m["diff"]["high"], m["p_value"]]
+        shown = [n for cell in row[1:] for n in _numbers(cell)]
+        assert all(_close(v, d, t) for (v, d), t in zip(shown, want, strict=True)), row
+
+
+def test_every_result_number_comes_from_the_json(ctx, reports):
+    text = ctx.artifacts["report_md"].read_text(encoding="utf-8")
+    results = text.split("## Results", 1)[1].split("## Plots", 1)[0]
+    leaves = _leaves(reports)
+    checked = 0
+    for heading, rows in _tables("\n" + results).items():
+        for row in rows:
+            for cell in row[1:]:  # the first column is a label (policy, language, pattern id)
+                for value, decimals in _numbers(cell):
+                    assert any(_close(value, decimals, leaf) for leaf in leaves), (heading, row[0], cell)
+                    checked += 1
+    assert checked > 500
+
+
+def test_probe_of_any_shape_is_rendered(tmp_path):
+    probe = {"exploit_a": {"mean_reward": 0.0123, "offences": {"unseen_id": 3}, "verdict": "fail"},
+             "threshold": 0.1, "unknown_offence_codes": ["weird_code"]}
+    text = summary.build_summary_markdown({"probe": probe}, run_dir=tmp_path)
+    assert "| exploit_a | 0.012 | fail | 3 |" in text
+    assert "- **threshold**: 0.100" in text and "- **unknown_offence_codes**: weird_code" in text
+    assert "No evaluation reports" in text and "No plots" in text
