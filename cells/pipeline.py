@@ -41,6 +41,8 @@ STEPS: tuple[StepInfo, ...] = (
     StepInfo(5, "step_05_vendors", "Five mock vendor APIs (16 tools)"),
     StepInfo(6, "step_06_drift", "Drift catalogue, schedules and mutations"),
     StepInfo(7, "step_07_tasks", "Seeded multilingual goal generator and simulated user facts"),
+    StepInfo(8, "step_08_rewards", "Deterministic, hack-resistant reward with an explained breakdown"),
+    StepInfo(10, "step_10_env", "DriftCallEnv: reset/step/step_text, notices, budgets, OpenEnv types"),
     StepInfo(21, "step_21_plots", "Training curves, before/after bars, reliability diagram"),
     StepInfo(22, "step_22_summary", "Markdown report with every table"),
 )

@@ -1,0 +1,125 @@
+"""Shared reward helpers: text normalisation, drift-token matching, episode indexing.
+
+Everything here is a pure function of its arguments (no clock, no RNG, no `hash()`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from cells.step_04_models import ActionType, DriftCallAction, Episode, ToolResult, canonical_json
+
+# Words that describe *any* change and prove nothing about *which* drift was observed. A token
+# whose words are all generic never counts as drift evidence (DESIGN §6: "price", "fare" never count).
+GENERIC_WORDS: frozenset[str] = frozenset({
+    "price", "prices", "fare", "fares", "fee", "fees", "charge", "charges", "charged", "cost", "costs",
+    "total", "amount", "inr", "rs", "rupees", "new", "old", "changed", "change", "changes", "updated",
+    "update", "policy", "rule", "rules", "error", "errors", "status", "ok", "the", "and", "now", "required",
+    "field", "fields", "value", "booking", "book", "order", "payment", "token", "notice", "terms", "note",
+})
+MIN_TOKEN_CHARS = 3  # shorter tokens ("5", "kg") match too much text to prove anything
+USER_FACING = (ActionType.SPEAK, ActionType.CLARIFY, ActionType.SUBMIT)
+
+
+def norm_text(text: str) -> str:
+    """Casefold, drop digit-group commas (₹5,000 -> ₹5000), `_`/`-` -> space, squeeze spaces."""
+    out = re.sub(r"(?<=\d),(?=\d)", "", text.casefold())
+    out = re.sub(r"[_\-]+", " ", out)
+    return re.sub(r"\s+", " ", out).strip()
+
+
+def is_specific(token: str) -> bool:
+    """True when a normalised token is long enough and not made only of generic words."""
+    words = re.findall(r"[0-9a-z]+|[^\s0-9a-z]+", token)
+    return len(token) >= MIN_TOKEN_CHARS and bool(words) and not all(w in GENERIC_WORDS for w in words)
+
+
+def contains_token(haystack: str, token: str) -> bool:
+    """Whole-token match of normalised `token` in normalised `haystack` (ASCII alnum boundaries)."""
+    pattern = rf"(?<![0-9a-z]){re.escape(token)}(?![0-9a-z])"
+    return re.search(pattern, haystack) is not None
+
+
+def result_text(result: ToolResult) -> str:
+    """Normalised text of everything a result showed the agent (keys, values, `_notice`)."""
+    return norm_text(canonical_json(result.response))
+
+
+def actions_by_turn(episode: Episode) -> dict[int, DriftCallAction]:
+    """Parsed actions keyed by turn (unparsable turns are absent)."""
+    return {r.turn: r.action for r in episode.actions if r.action is not None}
+
+
+def user_messages_of(episode: Episode) -> Iterator[tuple[int, DriftCallAction]]:
+    """(turn, action) for every speak/clarify/submit that carries a non-empty message."""
+    for record in episode.actions:
+        action = record.action
+        if action is not None and action.action_type in USER_FACING and (action.message or "").strip():
+            yield record.turn, action
+
+
+def tool_calls_of(episode: Episode) -> Iterator[tuple[int, DriftCallAction]]:
+    """(turn, action) for every parsed tool_call."""
+    for record in episode.actions:
+        if record.action is not None and record.action.action_type is ActionType.TOOL_CALL:
+            yield record.turn, record.action
+
+
+def scalars(value: Any) -> Iterator[str]:
+    """Every scalar inside a JSON value, as a string (bools and None skipped)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from scalars(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from scalars(v)
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        yield str(value)
+
+
+def keys_in(value: Any) -> Iterator[str]:
+    """Every dict key at any depth of a JSON value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from keys_in(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from keys_in(v)
+
+
+def key_paths(value: Any, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(path, key, value) for every dict entry at any depth, e.g. ("items[0].dish_id", "dish_id", "D1")."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            yield path, str(k), v
+            yield from key_paths(v, path)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from key_paths(v, f"{prefix}[{i}]")
+
+
+def same_value(expected: Any, actual: Any) -> bool:
+    """Slot equality after normalising case, whitespace, numeric strings and list order."""
+    return canonical_json(_canon(expected)) == canonical_json(_canon(actual))
+
+
+def _canon(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = " ".join(value.split()).casefold()
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    if isinstance(value, dict):
+        return {str(k): _canon(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return sorted((_canon(v) for v in value), key=canonical_json)
+    return str(value)

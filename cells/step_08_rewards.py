@@ -1,0 +1,138 @@
+"""Step 8 - rewards: a pure, deterministic, hack-resistant score of a finished Episode (DESIGN §6).
+
+    quality = Σ wᵢ·rᵢ / Σ wᵢ   over available components (task .45, drift .20, constraints .15,
+                                format .10; drift drops out when no drift fired)
+    reward  = clamp01(quality · (1 + r_penalty) · (1 − (c − r_task)²))
+
+with `c` the submitted confidence (0 when the episode ended by abort, timeout or invalid
+actions). No floor: doing nothing earns 0. The weights are always divided by the sum of the
+available ones, so a perfect episode scores 1 with or without drift (DESIGN renormalises only
+the no-drift case, where this is the same thing).
+
+Deliberate choices, checked against the probe contract (step_20: every exploit scores below an
+honest policy that tries and fails; a policy that never books scores < 0.1):
+- the *task booking* is the one live goal-domain booking matching every required slot; two live
+  bookings leave none ("book twice" cannot earn r_task);
+- r_constraints and r_format are measured on the task booking only. Paying them for any
+  committed booking let "book the wrong thing fast, submit with confidence 0" earn up to
+  (.15 + .10)/.70 = 0.36, above an honest failure; with the gate it earns 0;
+- r_drift: a drift is handled within DRIFT_HANDLING_WINDOW turns either structurally or by a
+  message citing a drift-specific token observed in a post-drift result (see components).
+
+Reads `ctx.env_factory` only if step_10 has filled it (optional demo); writes nothing.
+Run alone: `python -m cells run --profile cpu-smoke --steps 8` (instant).
+Public API: `compute_rewards`, `combine`, the component functions, `OffenceCode`, `PENALTY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from cells.rewards.adapters import (
+    DriftEvidence,
+    PatternLookup,
+    RewardInputError,
+    TaskRules,
+    default_rules,
+    default_tool_args,
+    evidence_for,
+    evidence_of,
+)
+from cells.rewards.components import (
+    DRIFT_HANDLING_WINDOW,
+    r_constraints,
+    r_drift,
+    r_format,
+    r_task,
+    task_booking,
+)
+from cells.rewards.penalty import FREE_PROBES, MAX_SAME_CALL, PENALTY, PENALTY_CAP, OffenceCode, r_penalty
+from cells.step_04_models import Episode, Rewards, TerminatedBy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.pipeline import Context
+
+__all__ = [
+    "DRIFT_HANDLING_WINDOW", "FREE_PROBES", "MAX_SAME_CALL", "PENALTY", "PENALTY_CAP", "WEIGHTS",
+    "DriftEvidence", "OffenceCode", "RewardInputError", "TaskRules", "combine", "compute_rewards",
+    "confidence_of", "evidence_of", "r_constraints", "r_drift", "r_format", "r_penalty", "r_task", "run",
+    "task_booking",
+]
+
+WEIGHTS: dict[str, float] = {"task": 0.45, "drift": 0.20, "constraints": 0.15, "format": 0.10}
+
+
+def confidence_of(episode: Episode) -> float:
+    """The submitted confidence; 0 when the episode ended any other way."""
+    action = episode.submitted
+    if episode.terminated_by is not TerminatedBy.SUBMIT or action is None or action.confidence is None:
+        return 0.0
+    return float(action.confidence)
+
+
+def combine(parts: Mapping[str, float | None], penalty: float, confidence: float,
+            r_task_value: float) -> tuple[float, float, dict[str, Any]]:
+    """(reward, brier, breakdown) from component values; components that are None drop out."""
+    used = {k: v for k, v in parts.items() if v is not None}
+    weight_sum = sum(WEIGHTS[k] for k in used)
+    quality = sum(WEIGHTS[k] * v for k, v in used.items()) / weight_sum
+    brier = (confidence - r_task_value) ** 2
+    raw = quality * (1.0 + penalty) * (1.0 - brier)
+    reward = min(1.0, max(0.0, raw))
+    return reward, brier, {
+        "weights": {k: WEIGHTS[k] / weight_sum for k in used}, "dropped": sorted(set(parts) - set(used)),
+        "quality": quality, "penalty_factor": 1.0 + penalty, "calibration_factor": 1.0 - brier,
+        "formula": "clamp01(quality * (1 + r_penalty) * (1 - (confidence - r_task)^2))", "raw": raw,
+    }
+
+
+def compute_rewards(episode: Episode, patterns: PatternLookup | None = None, *, rules: TaskRules | None = None,
+                    tool_args: Mapping[str, frozenset[str]] | None = None) -> Rewards:
+    """Score a finished episode. Pure: the same inputs always give an equal `Rewards`.
+
+    patterns: pattern_id -> pattern-shaped object (mapping or callable; default step_06's
+    `pattern_by_id`, only consulted when drifts fired). rules: task rules (default step_07's,
+    with fallbacks). tool_args: documented argument names per tool (default step_05's, if any).
+    """
+    rules = default_rules() if rules is None else rules
+    tool_args = default_tool_args() if tool_args is None else tool_args
+    evidence = evidence_for(episode.drifts, patterns, episode.goal.domain)
+    booking, booking_detail = task_booking(episode, rules)
+    task, task_b = r_task(episode, booking, booking_detail)
+    drift, drift_b = r_drift(episode, evidence)
+    cons, cons_b = r_constraints(episode, booking, rules)
+    fmt, fmt_b = r_format(episode, booking, rules)
+    wrong = [c["booking_id"] for c in booking_detail["candidates"] if not c["matches"]]
+    pen, pen_b = r_penalty(episode, evidence, wrong, tool_args)
+    conf = confidence_of(episode)
+    parts = {"task": task, "drift": drift, "constraints": cons, "format": fmt}
+    reward, brier, comb_b = combine(parts, pen, conf, task)
+    breakdown = {
+        "task": task_b, "drift": drift_b, "constraints": cons_b, "format": fmt_b, "penalty": pen_b,
+        "confidence": {"value": conf, "terminated_by": episode.terminated_by.value,
+                       "reason": "submitted" if episode.terminated_by is TerminatedBy.SUBMIT
+                       else f"ended by {episode.terminated_by.value}: confidence 0"},
+        "brier": {"value": brier, "formula": "(confidence - r_task)^2"},
+        "combine": comb_b, "episode_id": episode.episode_id,
+    }
+    return Rewards(r_task=task, r_drift=drift, r_constraints=cons, r_format=fmt, r_penalty=pen,
+                   confidence=conf, brier=brier, reward=reward, breakdown=breakdown)
+
+
+def penalty_table() -> str:
+    """The weights and penalty numbers as printable text."""
+    lines = ["weights (renormalised over available components):"]
+    lines += [f"  {k:<12} {v:.2f}" for k, v in WEIGHTS.items()]
+    lines.append(f"penalties (sum capped at -{PENALTY_CAP:g}; identical calls free up to {MAX_SAME_CALL}, "
+                 f"probes free up to {FREE_PROBES}; drift window {DRIFT_HANDLING_WINDOW} turns):")
+    lines += [f"  {code.value:<24} -{PENALTY[code]:.2f}" for code in OffenceCode]
+    return "\n".join(lines)
+
+
+def run(ctx: Context) -> Context:
+    """Print the weights and penalty table; score a demo episode when step_10 has built the env."""
+    print("[rewards]\n" + penalty_table())
+    if ctx.env_factory is None:
+        print("[rewards] no environment yet (step_10): table only")
+    return ctx
