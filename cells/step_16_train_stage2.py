@@ -1,0 +1,38 @@
+"""Step 16 - train stage 2: GRPO with one drift per episode.
+
+Resumes stage 1's final checkpoint (adapter, TRL's frozen reference adapter, optimiser,
+scheduler, RNG, global_step) and trains up to global step `sum(steps_per_stage[:2])` on the
+same cosine schedule, checkpointing adapter-only under `training/stage2/` and appending to
+`training/metrics.csv`. An interrupted stage resumes from its own latest checkpoint on rerun.
+
+Reads `ctx.profile`, `ctx.model`, `ctx.tokenizer`, `ctx.env_factory`,
+`ctx.trainer_state["stage1"]` (or stage 1's checkpoints on disk).
+Writes `ctx.trainer_state["stage2"]`, `ctx.artifacts["stage2_checkpoint"|"metrics_csv"]`.
+Run alone (after stage 1): `python -m cells run --profile cpu-smoke --steps 16`.
+Time: cpu-smoke < 1 min; cpu-learn ~10-20 min; colab-t4 ~1 h (estimates).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cells import step_15_train_stage1
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.pipeline import Context
+
+STAGE = 2
+
+
+def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: list[Any]) -> Any:
+    """Stage-2 trainer: the same wiring as stage 1 (adjust here if stage 2 needs more)."""
+    return step_15_train_stage1.build_stage_trainer(ctx, stage, output_dir, callbacks)
+
+
+def run(ctx: Context) -> Context:
+    """GRPO stage 2, continuing from stage 1."""
+    from cells.training.stages import run_context_stage
+
+    run_context_stage(ctx, STAGE, build_stage_trainer)
+    return ctx

@@ -1,0 +1,182 @@
+"""Supervised warm start: TRL `SFTTrainer` on expert conversations, loss on assistant tokens only.
+
+Conversations are chat `messages` lists (system / user / assistant-or-model). We tokenize them
+ourselves, the way the GRPO rollout sees an episode: by incremental chat-template rendering.
+For the assistant message at index i,
+
+    before = render(messages[:i], add_generation_prompt=True)   # ends with "<start_of_turn>model\n"
+    after  = render(messages[:i + 1])                           # ... "{content}<end_of_turn>\n"
+
+the text between the previous render and `before` is environment/user text (label -100), and
+`after[len(before):]` is the assistant turn: its tokens are trained up to and including the
+first stop token (`<end_of_turn>` / eos), which is where generation stops in a rollout; template
+glue after it (the newline) is not. Each segment is tokenized separately, as the rollout does.
+A template that is not prefix-preserving (a later render rewrites earlier text) raises.
+
+This avoids TRL's `assistant_only_loss`, which needs `{% generation %}` markers in the template
+(Gemma's has none, and our project tokenizer's template should render exactly like Gemma's).
+The pre-tokenized dataset (`input_ids` + `labels`) is used by TRL 1.16 as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ASSISTANT_ROLES = ("assistant", "model")
+IGNORE_INDEX = -100
+
+
+class WarmStartError(ValueError):
+    """Bad conversations or a chat template that cannot be rendered incrementally."""
+
+
+@dataclass(frozen=True)
+class TokenizedConversation:
+    """One conversation as the model trains on it: labels are -100 on non-assistant tokens."""
+
+    input_ids: tuple[int, ...]
+    labels: tuple[int, ...]
+
+    @property
+    def n_trained(self) -> int:
+        return sum(1 for t in self.labels if t != IGNORE_INDEX)
+
+
+@dataclass(frozen=True)
+class WarmStartResult:
+    """What the warm start did."""
+
+    adapter_dir: Path
+    examples: int
+    tokens: int
+    trained_tokens: int
+    steps: int
+    losses: tuple[float, ...]  # training loss per logged step
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "adapter_dir": str(self.adapter_dir),
+            "examples": self.examples,
+            "tokens": self.tokens,
+            "trained_tokens": self.trained_tokens,
+            "steps": self.steps,
+            "losses": list(self.losses),
+        }
+
+
+def _render(tokenizer: Any, messages: Sequence[dict[str, Any]], generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt)
+
+
+def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """Split a conversation into (text, is_assistant) segments by incremental rendering.
+
+    Trailing non-assistant messages are dropped (they carry no loss).
+    """
+    if not messages or messages[0].get("role") in ASSISTANT_ROLES:
+        raise WarmStartError("a conversation must start with a system or user message")
+    segments: list[tuple[str, bool]] = []
+    done = ""
+    for i, message in enumerate(messages):
+        if message.get("role") not in ASSISTANT_ROLES:
+            continue
+        before = _render(tokenizer, messages[:i], True)
+        after = _render(tokenizer, messages[: i + 1], False)
+        if not before.startswith(done) or not after.startswith(before):
+            raise WarmStartError(
+                f"chat template is not prefix-preserving at message {i}: rendering more messages changed "
+                "earlier text, so rollout tokens and training tokens would differ; fix the template"
+            )
+        segments.append((before[len(done):], False))
+        segments.append((after[len(before):], True))
+        done = after
+    if not any(is_asst for _, is_asst in segments):
+        raise WarmStartError("conversation has no assistant message to learn from")
+    return segments
+
+
+def stop_token_ids(tokenizer: Any) -> frozenset[int]:
+    """Token ids that end an assistant turn: eos plus `<end_of_turn>` when the vocab has it."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    eot = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    if isinstance(eot, int) and eot != tokenizer.unk_token_id:
+        ids.add(eot)
+    return frozenset(ids)
+
+
+def tokenize_conversation(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> TokenizedConversation:
+    """Token ids and assistant-only labels for one conversation (see module docstring)."""
+    stops = stop_token_ids(tokenizer)
+    input_ids: list[int] = []
+    labels: list[int] = []
+    for text, is_assistant in render_segments(tokenizer, messages):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if is_assistant:
+            cut = next((j + 1 for j, t in enumerate(ids) if t in stops), len(ids))
+            labels.extend(ids[:cut] + [IGNORE_INDEX] * (len(ids) - cut))
+        else:
+            labels.extend([IGNORE_INDEX] * len(ids))
+        input_ids.extend(ids)
+    return TokenizedConversation(tuple(input_ids), tuple(labels))
+
+
+def build_sft_dataset(tokenizer: Any, conversations: Sequence[Sequence[dict[str, Any]]]) -> Any:
+    """A `datasets.Dataset` with `input_ids` and `labels` columns."""
+    from datasets import Dataset
+
+    rows = []
+    for conv in conversations:
+        tc = tokenize_conversation(tokenizer, conv)
+        rows.append({"input_ids": list(tc.input_ids), "labels": list(tc.labels)})
+    if not rows:
+        raise WarmStartError("no conversations to warm-start on; generate expert trajectories first")
+    return Dataset.from_list(rows)
+
+
+def sft_warm_start(
+    model: Any,
+    tokenizer: Any,
+    conversations: Sequence[Sequence[dict[str, Any]]],
+    output_dir: str | Path,
+    *,
+    learning_rate: float = 1e-4,
+    epochs: int = 1,
+    batch_size: int = 4,
+    max_length: int | None = None,
+    seed: int = 0,
+    use_cpu: bool = True,
+    bf16: bool = False,
+    **overrides: Any,
+) -> WarmStartResult:
+    """Fine-tune `model` (a peft model, trained in place) and save its adapter to `<output_dir>/adapter`."""
+    from trl import SFTConfig, SFTTrainer
+
+    output_dir = Path(output_dir)
+    dataset = build_sft_dataset(tokenizer, conversations)
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "learning_rate": learning_rate,
+        "num_train_epochs": epochs,
+        "per_device_train_batch_size": batch_size,
+        "max_length": max_length,
+        "seed": seed,
+        "use_cpu": use_cpu,
+        "bf16": bf16,
+        "report_to": "none",
+        "logging_steps": 1,
+        "save_strategy": "no",  # the adapter is saved once below; GRPO stages checkpoint themselves
+        "lr_scheduler_type": "constant",
+        "shuffle_dataset": True,
+    }
+    kwargs.update(overrides)
+    trainer = SFTTrainer(model=model, args=SFTConfig(**kwargs), train_dataset=dataset, processing_class=tokenizer)
+    trainer.train()
+    adapter_dir = output_dir / "adapter"
+    trainer.model.save_pretrained(str(adapter_dir))
+    losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
+    tokens = sum(len(x) for x in dataset["input_ids"])
+    trained = sum(sum(1 for t in lab if t != IGNORE_INDEX) for lab in dataset["labels"])
+    return WarmStartResult(adapter_dir, len(dataset), tokens, trained, trainer.state.global_step, losses)

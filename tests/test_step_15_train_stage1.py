@@ -1,0 +1,203 @@
+"""Step 15 machinery: SFT warm start, adapter-only checkpoints, resume after an interrupt.
+
+Real `trl.SFTTrainer` / `trl.GRPOTrainer` on the tiny Gemma 3 model from `tests/tiny.py`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny import grpo_factory, tiny_model, tiny_tokenizer
+from transformers import TrainerCallback
+
+from cells.step_01_setup import git_sha
+from cells.training.checkpoints import (
+    FULL_MODEL_FILES,
+    META_NAME,
+    CheckpointError,
+    assert_adapter_only,
+    latest_checkpoint,
+    list_checkpoints,
+    read_meta,
+    read_trainer_state,
+)
+from cells.training.curriculum import run_stage
+from cells.training.warm_start import (
+    IGNORE_INDEX,
+    WarmStartError,
+    render_segments,
+    sft_warm_start,
+    tokenize_conversation,
+)
+
+CONV = [
+    {"role": "system", "content": "you are a concierge"},
+    {"role": "user", "content": "book a flight HYD to BLR"},
+    {"role": "model", "content": '{"action":"tool_call","tool":"airline.search","args":{"from":"HYD"}}'},
+    {"role": "user", "content": '[tool_result] {"status":"ok"}'},
+    {"role": "assistant", "content": '{"action":"submit","message":"done","confidence":0.8}'},
+    {"role": "user", "content": "thanks"},  # trailing user turn: dropped, nothing to learn
+]
+
+
+# ---------------------------------------------------------------- warm start: labels
+
+
+def test_labels_are_minus_100_exactly_off_assistant_tokens():
+    tok = tiny_tokenizer()
+    tc = tokenize_conversation(tok, CONV)
+    assert len(tc.input_ids) == len(tc.labels)
+    # the token stream is the full render up to the last assistant turn
+    full = tok.apply_chat_template(CONV[:5], tokenize=False)
+    assert tok.decode(list(tc.input_ids)) == full
+    trained = [i for i, lab in enumerate(tc.labels) if lab != IGNORE_INDEX]
+    for i in trained:
+        assert tc.labels[i] == tc.input_ids[i]
+    # trained tokens decode to exactly the two assistant contents, each closed by <end_of_turn>
+    eot = tok.convert_tokens_to_ids("<end_of_turn>")
+    spans, cur = [], []
+    for lab in tc.labels:
+        if lab != IGNORE_INDEX:
+            cur.append(lab)
+        elif cur:
+            spans.append(cur)
+            cur = []
+    if cur:
+        spans.append(cur)
+    assert [tok.decode(s[:-1]) for s in spans] == [CONV[2]["content"], CONV[4]["content"]]
+    assert all(s[-1] == eot for s in spans)
+    # the template glue after <end_of_turn> (the newline) and every role header stay untrained
+    assert tc.labels[-1] == IGNORE_INDEX
+    assert tc.n_trained == sum(len(s) for s in spans)
+
+
+def test_segments_follow_incremental_rendering():
+    tok = tiny_tokenizer()
+    segs = render_segments(tok, CONV)
+    assert [is_a for _, is_a in segs] == [False, True, False, True]
+    assert segs[0][0].endswith("<start_of_turn>model\n")
+    assert segs[1][0] == CONV[2]["content"] + "<end_of_turn>\n"  # newline: in the segment, not trained
+    assert segs[2][0].startswith("<start_of_turn>user\n[tool_result]")
+
+
+def test_bad_conversations_are_rejected():
+    tok = tiny_tokenizer()
+    with pytest.raises(WarmStartError, match="start with"):
+        tokenize_conversation(tok, [{"role": "assistant", "content": "x"}])
+    with pytest.raises(WarmStartError, match="no assistant"):
+        tokenize_conversation(tok, [{"role": "user", "content": "x"}])
+    tok.chat_template = "{% for m in messages|reverse %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(WarmStartError, match="prefix-preserving"):
+        tokenize_conversation(tok, CONV)
+
+
+def test_sft_loss_falls_and_only_the_adapter_is_saved(tmp_path):
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    result = sft_warm_start(model, tok, [CONV] * 8, tmp_path, learning_rate=3e-3, epochs=3, batch_size=4,
+                            disable_tqdm=True)
+    assert result.steps == 6 and len(result.losses) == 6
+    assert result.losses[-1] < result.losses[0] - 0.05
+    assert result.trained_tokens < result.tokens
+    files = {p.name for p in result.adapter_dir.iterdir()}
+    assert "adapter_model.safetensors" in files and not files & set(FULL_MODEL_FILES)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def test_checkpoints_are_adapter_only_with_sidecar(tmp_path):
+    stage_dir = tmp_path / "stage1"
+    result = run_stage(1, grpo_factory(2), stage_dir, None, 2, metrics_path=tmp_path / "m.csv",
+                       profile_name="cpu-smoke")
+    assert [p.name for p in list_checkpoints(stage_dir)] == ["checkpoint-1", "checkpoint-2"]
+    assert result.checkpoint == latest_checkpoint(stage_dir) == stage_dir / "checkpoint-2"
+    for ckpt in list_checkpoints(stage_dir):
+        names = {p.name for p in ckpt.rglob("*")}
+        assert not names & set(FULL_MODEL_FILES)
+        assert {"adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth",
+                "trainer_state.json", META_NAME} <= names
+        # adapter weights only: every tensor is a LoRA matrix
+        assert all("lora_" in k for k in load_file(str(ckpt / "adapter_model.safetensors")))
+    meta = read_meta(result.checkpoint)
+    assert (meta.profile, meta.stage, meta.step) == ("cpu-smoke", 1, 2)
+    assert {"torch", "transformers", "trl", "peft"} <= dict(meta.versions).keys()
+    assert dict(meta.versions)["trl"] == "1.16.0"
+    assert meta.git_sha == git_sha()
+    assert meta.created_at.endswith("Z")
+    raw = json.loads((result.checkpoint / META_NAME).read_text())
+    assert set(raw) == {"profile", "stage", "step", "versions", "git_sha", "created_at"}
+
+
+def test_adapter_only_guard_and_incomplete_checkpoints(tmp_path):
+    ckpt = tmp_path / "checkpoint-3"
+    ckpt.mkdir()
+    with pytest.raises(CheckpointError, match="no adapter"):
+        assert_adapter_only(ckpt)
+    (ckpt / "adapter_model.safetensors").write_bytes(b"x")
+    assert latest_checkpoint(tmp_path) is None  # no trainer_state.json yet: half-written
+    (ckpt / "trainer_state.json").write_text("{}")
+    assert latest_checkpoint(tmp_path) == ckpt
+    (ckpt / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="full-model weights"):
+        assert_adapter_only(ckpt)
+    with pytest.raises(CheckpointError, match=r"has no driftcall_meta\.json"):
+        read_meta(ckpt)
+
+
+# ---------------------------------------------------------------- resume after an interrupt
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+class CrashAtStepBegin(TrainerCallback):
+    """Simulate a crash at the start of the step after `global_step == at`."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise Interrupted(f"crash after step {self.at}")
+
+
+def _optimizer_state(ckpt):
+    return torch.load(ckpt / "optimizer.pt", weights_only=True)["state"]
+
+
+def test_interrupted_stage_resumes_like_an_uninterrupted_run(tmp_path):
+    n = 5
+    straight = run_stage(1, grpo_factory(n, save_steps=2), tmp_path / "a", None, n, metrics_path=tmp_path / "a.csv")
+
+    b = tmp_path / "b"
+    with pytest.raises(Interrupted):  # checkpoint-2 saved, step 3 trained and logged, crash before step 4
+        run_stage(1, grpo_factory(n, save_steps=2), b, None, n, metrics_path=tmp_path / "b.csv",
+                  extra_callbacks=[CrashAtStepBegin(3)])
+    assert latest_checkpoint(b) == b / "checkpoint-2"
+    resumed = run_stage(1, grpo_factory(n, save_steps=2), b, None, n, metrics_path=tmp_path / "b.csv")
+    assert resumed.resumed_from == b / "checkpoint-2" and resumed.trained_steps == n - 2
+
+    sa, sb = read_trainer_state(straight.checkpoint), read_trainer_state(resumed.checkpoint)
+    assert sa["global_step"] == sb["global_step"] == n
+    lr = [[h["learning_rate"] for h in s["log_history"] if "learning_rate" in h] for s in (sa, sb)]
+    assert len(lr[0]) == n and lr[0] == pytest.approx(lr[1])
+    oa, ob = _optimizer_state(straight.checkpoint), _optimizer_state(resumed.checkpoint)
+    assert oa.keys() == ob.keys()
+    for k in oa:
+        assert float(oa[k]["step"]) == float(ob[k]["step"]) == n
+        for moment in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(oa[k][moment], ob[k][moment], rtol=1e-4, atol=1e-7)
+    wa = load_file(str(straight.checkpoint / "adapter_model.safetensors"))
+    wb = load_file(str(resumed.checkpoint / "adapter_model.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-6)
+    # the adapter really moved, so the comparison is not vacuous
+    assert any(float(v.abs().max()) > 0 for k, v in wa.items() if "lora_B" in k)
+    # rerunning a complete stage trains nothing
+    again = run_stage(1, grpo_factory(n, save_steps=2), b, None, n, metrics_path=tmp_path / "b.csv")
+    assert again.trained_steps == 0 and again.checkpoint == resumed.checkpoint
