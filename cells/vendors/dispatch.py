@@ -1,0 +1,104 @@
+"""Routing: the tool registry, seeded timeouts, and the error envelope.
+
+`dispatch` is the only entry point that runs a tool. Agent mistakes (unknown tool, bad args,
+policy refusals, auth failures) come back as error `ToolResult`s; any other exception is a bug
+and propagates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cells.step_04_models import (
+    DOMAINS,
+    ToolDoc,
+    ToolResult,
+    ToolStatus,
+    canonical_json,
+    stable_digest,
+    stable_int,
+)
+
+from . import airline, cab, hotel, payment, restaurant
+from .errors import ErrorCode, VendorError
+from .registry import Tool, check_schema
+from .world import World
+
+TOOLS: dict[str, Tool] = {t.name: t for m in (airline, cab, restaurant, hotel, payment) for t in m.TOOLS}
+TOOL_NAMES: tuple[str, ...] = tuple(TOOLS)
+TIMEOUT_BASIS_POINTS = 100  # 1% of calls time out (decided per identical call and retry number)
+TIMEOUT_LATENCY_MS = 8000
+
+
+class UnknownDomainError(ValueError):
+    """describe_schema/tool_docs was asked for a domain that has no vendor."""
+
+
+def _result(world: World, tool_name: str, status: ToolStatus, response: dict[str, Any],
+            turn: int, latency_ms: int) -> ToolResult:
+    domain = tool_name.split(".")[0]
+    version = world.schema_versions.get(domain, 0)
+    return ToolResult(tool_name, status, response, version, latency_ms, turn)
+
+
+def _error(world: World, tool_name: str, err: VendorError, turn: int, latency_ms: int = 20) -> ToolResult:
+    return _result(world, tool_name, err.status, err.response(), turn, latency_ms)
+
+
+def _timed_out(world: World, tool_name: str, args_json: str) -> tuple[bool, str, int]:
+    """(times out?, call key, retry number): the retry number counts earlier timeouts of this call."""
+    key = stable_digest(tool_name, args_json).hex()
+    attempt = world.timeouts.get(key, 0)
+    roll = stable_int(world.seed, "timeout", tool_name, args_json, attempt) % 10_000
+    return roll < TIMEOUT_BASIS_POINTS, key, attempt
+
+
+def dispatch(world: World, tool_name: str, args: Any, turn: int) -> tuple[ToolResult, World]:
+    """Run one tool call. Returns the result and the World after it (the same object for reads)."""
+    name = tool_name if isinstance(tool_name, str) else repr(tool_name)
+    if name not in TOOLS:
+        return _error(world, name, VendorError(ErrorCode.UNKNOWN_TOOL, got=name, available=list(TOOL_NAMES)),
+                      turn), world
+    try:
+        if not isinstance(args, dict):
+            raise TypeError(type(args).__name__)
+        args_json = canonical_json(args)
+    except (TypeError, ValueError) as exc:
+        return _error(world, name, VendorError(ErrorCode.INVALID_ARGS, got=str(exc)[:80]), turn), world
+    timed_out, key, attempt = _timed_out(world, name, args_json)
+    latency = 40 + stable_int(world.seed, "latency", name, args_json, attempt) % 360
+    if timed_out:  # a timed-out call changes nothing but its own retry counter
+        retried = dataclasses.replace(world, timeouts={**world.timeouts, key: attempt + 1})
+        return _error(world, name, VendorError(ErrorCode.TIMEOUT, retry=True), turn, TIMEOUT_LATENCY_MS), retried
+    tool = TOOLS[name]
+    try:
+        check_schema(tool, world.flags[tool.domain], args)
+        response, new_world = tool.fn(world, args, turn)
+    except VendorError as err:
+        return _error(world, name, err, turn, latency), world
+    return _result(new_world, name, ToolStatus.OK, response, turn, latency), new_world
+
+
+def _check_domain(domain: str) -> None:
+    if domain not in DOMAINS:
+        raise UnknownDomainError(f"no vendor for domain {domain!r}; allowed: {list(DOMAINS)}")
+
+
+def describe_schema(world: World, domain: str) -> dict[str, Any]:
+    """Current argument docs and response fields of a domain's tools (reflects drift)."""
+    _check_domain(domain)
+    flags = world.flags[domain]
+    tools = {}
+    for tool in (t for t in TOOLS.values() if t.domain == domain):
+        doc = tool.doc(flags)
+        tools[tool.name] = {"description": doc.description, "args": doc.args, "required": list(doc.required),
+                            "response_fields": list(tool.fields(flags))}
+    return {"domain": domain, "schema_version": world.schema_versions[domain], "tools": tools}
+
+
+def tool_docs(world: World, domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:
+    """Agent-facing docs for every tool of `domains`, in TOOL_NAMES order."""
+    for d in domains:
+        _check_domain(d)
+    return tuple(t.doc(world.flags[t.domain]) for t in TOOLS.values() if t.domain in domains)

@@ -1,0 +1,177 @@
+"""Restaurant vendor: search restaurants with menus, place an order, track it.
+
+Dishes are tagged veg / egg / non-veg. For the goal's city, the first restaurant always lets the
+goal's diet be met within budget with slack (`slack_inr`: ₹700, less for small food budgets
+but always above the ₹149 delivery-fee drift) (its cheapest dish is an egg dish, so a
+"veg" filter that starts including egg bites), and another restaurant has a diet-compliant
+dish priced above the whole budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cells.step_04_models import Booking, rng_for, stable_id
+
+from .common import booking_view, check_duplicate, find_booking
+from .errors import ErrorCode, VendorError
+from .payment import authorize_and_charge
+from .registry import Arg, Tool, payment_args
+from .world import World, commit_booking, goal_constraint, goal_slot_matches, norm
+
+DISHES = {
+    "veg": ("Masala Dosa", "Paneer Butter Masala", "Veg Biryani", "Chole Bhature", "Dal Makhani",
+            "Idli Sambar", "Palak Paneer", "Veg Thali"),
+    "egg": ("Egg Curry", "Egg Biryani", "Masala Omelette", "Egg Bhurji"),
+    "non-veg": ("Chicken Biryani", "Butter Chicken", "Mutton Rogan Josh", "Fish Curry", "Chicken 65"),
+}
+NAMES = ("Udupi Grand", "Meghana Foods", "Paradise", "Haldiram's", "MTR", "Bikanervala", "Empire", "Anand Bhavan")
+DIETS = {"veg": ("veg",), "egg": ("veg", "egg"), "non-veg": ("veg", "egg", "non-veg")}
+
+
+def slack_inr(budget: int) -> int:
+    """Headroom under the budget for the fitting order: ₹700, or a third of a small budget (>= ₹200)."""
+    return min(700, max(200, budget // 3))
+
+
+def _menu(rng: Any) -> list[dict[str, Any]]:
+    menu = []
+    for tag, count in (("veg", rng.randint(3, 5)), ("egg", rng.randint(1, 2)), ("non-veg", rng.randint(1, 3))):
+        for name in rng.sample(DISHES[tag], count):
+            menu.append({"name": name, "price_inr": rng.randrange(99, 420, 10), "tag": tag})
+    return menu
+
+
+def _plant_goal_options(world: World, places: list[dict[str, Any]], rng: Any) -> None:
+    goal = world.goal
+    diet = str(goal.slots.get("diet", "veg"))
+    tag = diet if diet in DIETS else "veg"
+    budget = goal_constraint(goal, "total_inr", "le") or 1400
+    k = max(int(goal_constraint(goal, "item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
+    # the ₹159 cap keeps an order of up to 3 dishes under a raised ₹499 minimum (that drift bites)
+    # at least ₹200 for k dishes (the pre-drift ₹199 minimum), at most ₹159 a dish
+    price = min(159, max(-(-200 // k), (budget - slack_inr(budget) - rng.randint(20, 80)) // k))
+    anchor = [{"name": n, "price_inr": price + 10 * i, "tag": tag} for i, n in enumerate(DISHES[tag][:3])]
+    egg = {"name": "Egg Roll", "price_inr": max(60, price - 20), "tag": "egg"}  # the cheapest dish
+    taken = {d["name"] for d in anchor}
+    rest = [{**d, "price_inr": max(d["price_inr"], price + 40)} for d in places[0]["menu"] if d["name"] not in taken]
+    places[0]["menu"] = [egg, *anchor, *rest]
+    places[1]["menu"] = [*places[1]["menu"], {"name": "Family Feast Platter", "price_inr": budget + 100, "tag": tag}]
+
+
+def listings(world: World, city: str) -> list[dict[str, Any]]:
+    """Every restaurant in `city` with its full menu; a pure function of seed, city and goal."""
+    rng = rng_for(world.seed, "restaurant.search", norm(city))
+    places = [{"restaurant_id": f"RST-{norm(city)}-{i + 1}", "name": name, "city": city,
+               "rating": rng.randint(35, 49) / 10, "delivery_eta_min": rng.randrange(20, 55, 5), "menu": _menu(rng)}
+              for i, name in enumerate(rng.sample(NAMES, rng.randint(4, 6)))]
+    if goal_slot_matches(world.goal, "restaurant", city=city):
+        _plant_goal_options(world, places, rng)
+    for place in places:
+        place["menu"] = [{"dish_id": f"D{j + 1:02d}", **dish} for j, dish in enumerate(place["menu"])]
+    return places
+
+
+def search(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:
+    """Find restaurants delivering in a city, optionally filtered by diet ("veg", "egg", "non-veg").
+    Each has a menu of dishes (dish_id, name, price_inr, tag) and a `min_order_inr` subtotal."""
+    diet = args.get("diet")
+    if diet is not None and diet not in DIETS:
+        raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name="diet", expected=sorted(DIETS))
+    allowed = DIETS[diet] if diet else DIETS["non-veg"]
+    if diet == "veg" and world.flag("restaurant", "veg_filter_includes_egg"):
+        allowed = ("veg", "egg")
+    found = []
+    for place in listings(world, args["city"]):
+        menu = [d for d in place["menu"] if d["tag"] in allowed]
+        if menu:
+            found.append({**place, "menu": menu, "min_order_inr": world.flag("restaurant", "min_order_inr")})
+    return {"restaurants": found}, world
+
+
+def _lines(world: World, place: dict[str, Any], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validate order items against the menu; returns canonical lines {dish_id, qty, tag, price_inr}."""
+    menu = {d["dish_id"]: d for d in place["menu"]}
+    needs_mods = world.flag("restaurant", "items_require_modifiers")
+    lines = []
+    for item in items:
+        extra = sorted(set(item) - {"dish_id", "qty", "modifiers"})
+        if extra:
+            raise VendorError(ErrorCode.UNKNOWN_FIELD, field_name=f"items[].{extra[0]}",
+                              allowed=["dish_id", "qty", "modifiers"])
+        if needs_mods and "modifiers" not in item:
+            raise VendorError(ErrorCode.MISSING_REQUIRED_FIELD, field_name="items[].modifiers",
+                              expected="list[str] (may be empty)")
+        qty = item.get("qty", 1)
+        if not isinstance(qty, int) or isinstance(qty, bool) or qty < 1 or \
+                not isinstance(item.get("modifiers", []), list):
+            raise VendorError(ErrorCode.INVALID_FIELD_TYPE, field_name="items[]",
+                              expected="{dish_id: str, qty: int >= 1, modifiers: list}")
+        dish = menu.get(item.get("dish_id"))
+        if dish is None:
+            raise VendorError(ErrorCode.NOT_FOUND, field_name="items[].dish_id", got=item.get("dish_id"))
+        lines.append({"dish_id": dish["dish_id"], "qty": qty, "tag": dish["tag"], "price_inr": dish["price_inr"]})
+    return lines
+
+
+def _find_place(world: World, restaurant_id: str) -> dict[str, Any]:
+    parts = restaurant_id.split("-")
+    city = parts[1] if len(parts) == 3 else ""
+    for place in listings(world, city) if city else []:
+        if place["restaurant_id"] == restaurant_id:
+            return place
+    raise VendorError(ErrorCode.NOT_FOUND, field_name="restaurant_id", got=restaurant_id)
+
+
+def order(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:
+    """Order dishes for delivery: `items` is a list of {"dish_id": ..., "qty": n} from one
+    restaurant's menu. Pays with `payment_token`; returns `order_id` and the `total_inr` charged."""
+    # 1. schema: top-level fields checked by dispatch; item shape checked here.
+    place = _find_place(world, args["restaurant_id"])
+    lines = _lines(world, place, args["items"])
+    flags = world.flags["restaurant"]
+    subtotal = sum(line["qty"] * line["price_inr"] for line in lines)
+    # 2. policy
+    if subtotal < flags["min_order_inr"]:
+        raise VendorError(ErrorCode.MIN_ORDER_NOT_MET, min_order_inr=flags["min_order_inr"], got_total_inr=subtotal)
+    # 3. duplicate
+    key = f"restaurant|{place['restaurant_id']}|" + ",".join(sorted(f"{x['dish_id']}x{x['qty']}" for x in lines))
+    check_duplicate(world, key, ErrorCode.DUPLICATE_ORDER)
+    # 4. payment
+    total = subtotal + flags["delivery_fee_inr"]
+    paid, payment_id = authorize_and_charge(world, total, args["payment_token"], args.get("mfa_code"),
+                                            turn, "restaurant.order")
+    # 5. id generation + commit
+    details = {"restaurant_id": place["restaurant_id"], "city": place["city"], "items": lines,
+               "item_count": sum(x["qty"] for x in lines), "diet_tags": sorted({x["tag"] for x in lines})}
+    booking = Booking(stable_id("ORD", world.seed, key, len(world.bookings)), "restaurant", "restaurant.order",
+                      "confirmed", details, total, turn, payment_id)
+    response = {**booking_view(booking), "order_id": booking.booking_id, "subtotal_inr": subtotal,
+                "eta_min": place["delivery_eta_min"]}
+    if flags["delivery_fee_inr"]:
+        response["delivery_fee_inr"] = flags["delivery_fee_inr"]
+    return response, commit_booking(paid, booking, key)
+
+
+def track(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:
+    """Track an order by `order_id`: preparing, out_for_delivery or delivered."""
+    booking = find_booking(world, "restaurant", args["order_id"])
+    stage = ("preparing", "preparing", "out_for_delivery", "out_for_delivery", "delivered")
+    status = stage[min(4, max(0, turn - booking.turn))] if booking.live else "cancelled"
+    return {**booking_view(booking), "order_id": booking.booking_id, "delivery_status": status}, world
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool("restaurant.search", search,
+         lambda f: (Arg("city", "str", True, "city name or code"),
+                    Arg("diet", "str", False, 'one of "veg", "egg", "non-veg"')),
+         lambda f: ("restaurant_id", "name", "rating", "min_order_inr", "menu", "dish_id", "price_inr", "tag")),
+    Tool("restaurant.order", order,
+         lambda f: (Arg("restaurant_id", "str", True, "restaurant_id from restaurant.search"),
+                    Arg("items", "list[object]", True, "[{dish_id, qty" + (", modifiers: list" if
+                        f["items_require_modifiers"] else "") + "}]"), *payment_args()),
+         lambda f: ("order_id", "status", "total_inr", "subtotal_inr", "payment_id", "eta_min",
+                    *(("delivery_fee_inr",) if f["delivery_fee_inr"] else ())), write=True),
+    Tool("restaurant.track", track, lambda f: (Arg("order_id", "str", True, "order_id from restaurant.order"),),
+         lambda f: ("order_id", "delivery_status", "total_inr")),
+)
