@@ -1,0 +1,82 @@
+"""Prompt rendering: the system prompt and how each observation becomes the next user-side message.
+
+System prompt = the seed's pinned concierge prompt + the action format + the available tools with
+their argument docs as they were at reset (DESIGN §8). Turn 0 is exactly two messages: that system
+prompt and the user's utterance. Every later environment response is one user-role message (Gemma
+templates have no tool role) made of prefixed lines, compact JSON, `ensure_ascii=False`:
+
+    [tool_result] {"tool":"airline.search","status":"ok","flights":[...]}
+    [user] हाँ, बजट 500 रुपये बढ़ा सकते हैं
+    [format_error] no JSON object found ...
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cells.agent.parser import ACTION_FORMAT_HELP
+from cells.step_04_models import DriftCallObservation, GoalSpec, ToolDoc
+
+# Pinned by the seed module (step 14 re-exports it); changing it changes every trained prompt.
+PINNED_SYSTEM_PROMPT: str = (
+    "You are a concierge assistant. Use the provided tools. "
+    "Respond in the caller's language. Submit with calibrated confidence."
+)
+
+PROTOCOL_NOTES = (
+    "Get a payment_token with payment.get_token before booking. Read every tool result: APIs can change "
+    "mid-call (renamed fields, new required arguments, fees, token scopes, OTP); adapt, and tell the user what "
+    "changed. Ask the user (clarify) for facts only they know. Finish with submit and your confidence (0-1) "
+    "that the booking meets the request."
+)
+
+
+def format_tool_doc(doc: ToolDoc) -> str:
+    """One compact line: `name(arg*, arg): description | arg: doc; ...` (* = required)."""
+    names = ", ".join(f"{a}*" if a in doc.required else a for a in doc.args)
+    arg_docs = "; ".join(f"{a}: {d}" for a, d in doc.args.items())
+    return f"- {doc.name}({names}): {doc.description}" + (f" | {arg_docs}" if arg_docs else "")
+
+
+def build_system_prompt(tools: tuple[ToolDoc, ...]) -> str:
+    """Pinned prompt + action format + protocol notes + tool docs."""
+    lines = [PINNED_SYSTEM_PROMPT, ACTION_FORMAT_HELP, PROTOCOL_NOTES, "Tools:"]
+    lines.extend(format_tool_doc(t) for t in tools)
+    return "\n".join(lines)
+
+
+def tools_for_goal(goal: GoalSpec) -> tuple[ToolDoc, ...]:
+    """The tool docs the env shows at reset for `goal` (drift never fires before turn 2)."""
+    from cells.step_05_vendors import new_world
+    from cells.step_10_env import reset_tool_docs
+
+    return reset_tool_docs(new_world(goal, goal.seed), goal)
+
+
+def initial_messages(goal: GoalSpec, tools: tuple[ToolDoc, ...] | None = None) -> list[dict[str, str]]:
+    """The two turn-0 messages: system prompt and the user's utterance."""
+    docs = tools if tools is not None else tools_for_goal(goal)
+    return [
+        {"role": "system", "content": build_system_prompt(docs)},
+        {"role": "user", "content": goal.seed_utterance},
+    ]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def render_observation(obs: DriftCallObservation) -> str:
+    """The user-side message for an observation after turn 0."""
+    lines = []
+    if obs.parse_error is not None:
+        lines.append(f"[format_error] {obs.parse_error}")
+    if obs.last_result is not None:
+        res = obs.last_result
+        lines.append("[tool_result] " + _compact({"tool": res.tool_name, "status": res.status.value, **res.response}))
+    if obs.user_message is not None and obs.parse_error is None:
+        lines.append(f"[user] {obs.user_message.text}")
+    if obs.budget_remaining <= 2 and not obs.done:
+        lines.append(f"[budget] {obs.budget_remaining} turn(s) left")
+    return "\n".join(lines) if lines else "[env] ok"

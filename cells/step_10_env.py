@@ -1,0 +1,330 @@
+"""Step 10 - environment: `DriftCallEnv`, the RL environment the agent lives in (DESIGN §7).
+
+One episode: `reset(seed)` draws a goal (step 7), builds the vendor world (step 5) and a drift
+schedule (step 6); each `step(action)` validates, advances the turn, fires due drifts, delivers
+pending notices, dispatches, records and checks the budget. At termination the `Episode` is
+built and `Rewards` (step 8) computed exactly once. `step_text(raw)` parses a model completion
+first (step 11's parser): a parse failure costs a turn, is recorded, and the observation says
+what format is expected; three consecutive failures end the episode.
+
+The agent never sees the drift schedule or the drift log: observations carry only the turn,
+budget, the goal utterance (turn 0), the latest user message, the last tool result and the
+tool docs as they were at reset. `state` is the judge view with everything.
+
+The OpenEnv interface over the same core is in `cells/openenv_env.py`.
+
+Reads `ctx.profile`; writes `ctx.env_factory` (a `functools.partial` building envs per stage).
+Run alone: `python -m cells run --profile cpu-smoke --steps 10` (< 1 s: plays one expert episode
+if step 11 is present). Benchmark: `python -m cells bench env`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import TYPE_CHECKING, Any
+
+from cells.agent.parser import ACTION_FORMAT_HELP, ActionParseError, parse_action
+from cells.step_04_models import (
+    ActionRecord,
+    ActionType,
+    DriftCallAction,
+    DriftCallObservation,
+    DriftCallState,
+    DriftEvent,
+    Episode,
+    GoalSpec,
+    Rewards,
+    ScheduledDrift,
+    TerminatedBy,
+    ToolDoc,
+    ToolResult,
+    ToolStatus,
+    UserMessage,
+    stable_id,
+)
+from cells.step_05_vendors import World, describe_schema, dispatch, new_world, tool_docs
+from cells.step_06_drift import (
+    apply_drift,
+    attach_notice,
+    build_schedule,
+    due_drifts,
+    forced_schedule,
+    pattern_by_id,
+)
+from cells.step_07_tasks import acknowledge, generate, reply
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.pipeline import Context
+
+STAGE_TURN_BUDGETS: dict[int, int] = {1: 8, 2: 12, 3: 16}
+MAX_CONSECUTIVE_INVALID = 3
+DEFAULT_LANGUAGE_WEIGHTS: dict[str, float] = {"hi": 1.0, "ta": 1.0, "kn": 1.0, "en": 1.0, "hinglish": 1.0}
+
+
+def reset_tool_docs(world: World, goal: GoalSpec) -> tuple[ToolDoc, ...]:
+    """The tools an episode offers: the goal domain's tools plus payment.get_token, documented as at reset."""
+    docs = tool_docs(world, (goal.domain, "payment"))
+    return tuple(t for t in docs if t.name.split(".")[0] == goal.domain or t.name == "payment.get_token")
+
+
+class EnvError(RuntimeError):
+    """Base of the environment's usage errors; raising one never changes the episode."""
+
+
+class EnvNotResetError(EnvError):
+    """step/state/episode called before reset()."""
+
+
+class EpisodeDoneError(EnvError):
+    """step called after the episode ended; call reset() for a new one."""
+
+
+class EpisodeNotDoneError(EnvError):
+    """episode()/rewards() asked for before the episode ended."""
+
+
+class InvalidActionError(EnvError):
+    """step() was given something that is not a DriftCallAction."""
+
+
+@dataclasses.dataclass
+class _Live:
+    """Mutable bookkeeping of the running episode (only the env touches it)."""
+
+    episode_id: str
+    seed: int
+    goal: GoalSpec
+    world: World
+    schedule: tuple[ScheduledDrift, ...]
+    tools: tuple[ToolDoc, ...]
+    max_turns: int
+    turn: int = 0
+    fired: tuple[DriftEvent, ...] = ()
+    notices: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # domain -> pending notice
+    actions: list[ActionRecord] = dataclasses.field(default_factory=list)
+    results: list[ToolResult] = dataclasses.field(default_factory=list)
+    user_messages: list[UserMessage] = dataclasses.field(default_factory=list)
+    parse_failures: int = 0
+    consecutive_invalid: int = 0
+    terminated_by: TerminatedBy | None = None
+    episode: Episode | None = None
+    rewards: Rewards | None = None
+
+
+class DriftCallEnv:
+    """Seeded multilingual concierge environment with mid-episode API drift."""
+
+    def __init__(
+        self,
+        stage: int = 1,
+        language_weights: dict[str, float] | None = None,
+        max_turns: int | None = None,
+        *,
+        goal_fn: Any = None,
+        forced_pattern: str | None = None,
+    ) -> None:
+        if stage not in STAGE_TURN_BUDGETS:
+            raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.stage = stage
+        self.language_weights = dict(language_weights or DEFAULT_LANGUAGE_WEIGHTS)
+        self.max_turns = max_turns or STAGE_TURN_BUDGETS[stage]
+        self._goal_fn = goal_fn or generate
+        self._forced: str | None = None
+        if forced_pattern is not None:
+            self.force_drift(forced_pattern)
+        self._live: _Live | None = None
+
+    # ----------------------------------------------------------------------------- lifecycle
+    def reset(self, seed: int | None = None, episode_id: str | None = None) -> DriftCallObservation:
+        """Start an episode. Same seed → same goal, world, schedule and (same actions) trajectory."""
+        seed = 0 if seed is None else int(seed)
+        goal = self._goal_fn(seed=seed, stage=self.stage, language_weights=self.language_weights)
+        world = new_world(goal, seed)
+        schedule = build_schedule(self.stage, seed, goal)
+        if self._forced is not None:
+            schedule = forced_schedule(self._forced)
+        tools = reset_tool_docs(world, goal)
+        self._live = _Live(
+            episode_id=episode_id or stable_id("EP", seed, self.stage, self.max_turns, self._forced),
+            seed=seed, goal=goal, world=world, schedule=schedule, tools=tools, max_turns=self.max_turns,
+        )
+        self._live.user_messages.append(UserMessage(0, goal.seed_utterance, goal.language, kind="goal"))
+        return self._observation(goal_utterance=goal.seed_utterance)
+
+    def force_drift(self, pattern_id: str) -> None:
+        """Demo/judge control: schedule `pattern_id` to fire at the next eligible call (from the next reset)."""
+        pattern_by_id(pattern_id)  # raises on unknown ids
+        self._forced = pattern_id
+
+    def close(self) -> None:
+        self._live = None
+
+    # ----------------------------------------------------------------------------- stepping
+    def step(self, action: DriftCallAction) -> DriftCallObservation:
+        """Take one parsed action."""
+        live = self._require_running()
+        if not isinstance(action, DriftCallAction):
+            raise InvalidActionError(f"step() takes a DriftCallAction, got {type(action).__name__}; "
+                                     "use step_text() for raw model output")
+        live.turn += 1
+        live.consecutive_invalid = 0
+        live.actions.append(ActionRecord(live.turn, action))
+        result, message = self._dispatch(live, action)
+        if result is not None:
+            live.results.append(result)
+        if message is not None:
+            live.user_messages.append(message)
+        if action.action_type in (ActionType.SUBMIT, ActionType.ABORT):
+            self._finish(TerminatedBy(action.action_type.value))
+        elif live.turn >= live.max_turns:
+            self._finish(TerminatedBy.TIMEOUT)
+        return self._observation(result=result, message=message)
+
+    def step_text(self, text: str) -> DriftCallObservation:
+        """Parse a raw model completion and step; a parse failure costs a turn and is recorded."""
+        live = self._require_running()
+        try:
+            action = parse_action(text)
+        except ActionParseError as err:
+            live.turn += 1
+            live.parse_failures += 1
+            live.consecutive_invalid += 1
+            raw = text if isinstance(text, str) else repr(text)
+            live.actions.append(ActionRecord(live.turn, None, raw_text=raw[:2000], parse_error=err.reason))
+            hint = UserMessage(live.turn, f"Invalid action: {err.reason} {ACTION_FORMAT_HELP}", "en", "format_hint")
+            if live.consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+                self._finish(TerminatedBy.INVALID_ACTIONS)
+            elif live.turn >= live.max_turns:
+                self._finish(TerminatedBy.TIMEOUT)
+            return self._observation(message=hint, parse_error=err.reason)
+        return self.step(action)
+
+    def _dispatch(self, live: _Live, action: DriftCallAction) -> tuple[ToolResult | None, UserMessage | None]:
+        kind = action.action_type
+        if kind is ActionType.TOOL_CALL:
+            self._fire_due_drifts(live, action.tool_name or "")
+            result, live.world = dispatch(live.world, action.tool_name or "", dict(action.tool_args), live.turn)
+            return self._with_notice(live, result), None
+        if kind is ActionType.PROBE_SCHEMA:
+            schema = describe_schema(live.world, action.tool_name or "")
+            version = live.world.schema_versions.get(action.tool_name or "", 0)
+            return ToolResult(f"{action.tool_name}.describe_schema", ToolStatus.OK, schema, version, 5, live.turn), None
+        if kind is ActionType.CLARIFY:
+            return None, reply(live.goal, action.message or "", live.turn)
+        if kind is ActionType.SPEAK:
+            return None, acknowledge(live.goal, action.message or "", live.turn)
+        return None, None  # submit / abort end the episode
+
+    def _fire_due_drifts(self, live: _Live, tool_name: str) -> None:
+        fired_ids = frozenset(e.pattern_id for e in live.fired)
+        for drift in due_drifts(live.schedule, fired_ids, tool_name, live.turn):
+            live.world, event, notice = apply_drift(live.world, drift.pattern_id, live.turn)
+            live.fired = (*live.fired, event)
+            if notice is not None:
+                live.notices[event.domain] = dict(notice)
+
+    @staticmethod
+    def _with_notice(live: _Live, result: ToolResult) -> ToolResult:
+        """Attach a pending terms notice, once, to the next result in its domain."""
+        notice = live.notices.pop(result.tool_name.split(".")[0], None)
+        return result if notice is None else attach_notice(result, notice)
+
+    # ----------------------------------------------------------------------------- outputs
+    def _observation(self, *, result: ToolResult | None = None, message: UserMessage | None = None,
+                     goal_utterance: str | None = None, parse_error: str | None = None) -> DriftCallObservation:
+        live = self._live
+        assert live is not None
+        done = live.terminated_by is not None
+        return DriftCallObservation(
+            turn=live.turn,
+            budget_remaining=live.max_turns - live.turn,
+            goal_utterance=goal_utterance,
+            user_message=message,
+            last_result=result,
+            available_tools=live.tools,
+            parse_error=parse_error,
+            done=done,
+            reward=live.rewards.reward if done and live.rewards is not None else None,
+        )
+
+    def _finish(self, reason: TerminatedBy) -> None:
+        from cells.step_08_rewards import compute_rewards
+
+        live = self._live
+        assert live is not None
+        live.terminated_by = reason
+        live.episode = Episode(
+            episode_id=live.episode_id, seed=live.seed, stage=self.stage, goal=live.goal,
+            max_turns=live.max_turns, turns_used=live.turn, actions=tuple(live.actions),
+            results=tuple(live.results), drifts=live.fired, user_messages=tuple(live.user_messages),
+            bookings=live.world.bookings, parse_failures=live.parse_failures, terminated_by=reason,
+            schedule=live.schedule,
+        )
+        live.rewards = compute_rewards(live.episode)
+
+    def _require_running(self) -> _Live:
+        if self._live is None:
+            raise EnvNotResetError("call reset(seed) before step()")
+        if self._live.terminated_by is not None:
+            raise EpisodeDoneError(f"episode {self._live.episode_id} ended ({self._live.terminated_by.value}); "
+                                   "call reset() to start another")
+        return self._live
+
+    @property
+    def done(self) -> bool:
+        return self._live is not None and self._live.terminated_by is not None
+
+    @property
+    def goal(self) -> GoalSpec:
+        if self._live is None:
+            raise EnvNotResetError("no goal before reset()")
+        return self._live.goal
+
+    @property
+    def state(self) -> DriftCallState:
+        """Judge view: everything, including the schedule and fired drifts."""
+        live = self._live
+        if live is None:
+            raise EnvNotResetError("no state before reset()")
+        return DriftCallState(
+            episode_id=live.episode_id, seed=live.seed, stage=self.stage, goal=live.goal, turn=live.turn,
+            max_turns=live.max_turns, schema_versions=dict(live.world.schema_versions),
+            vendor_flags={d: dict(f) for d, f in live.world.flags.items()}, schedule=live.schedule,
+            fired=live.fired, actions=tuple(live.actions), results=tuple(live.results),
+            bookings=live.world.bookings, parse_failures=live.parse_failures, done=self.done,
+            terminated_by=live.terminated_by,
+        )
+
+    def episode(self) -> Episode:
+        if self._live is None or self._live.episode is None:
+            raise EpisodeNotDoneError("the episode has not ended yet (submit, abort, budget or invalid outputs)")
+        return self._live.episode
+
+    def rewards(self) -> Rewards:
+        if self._live is None or self._live.rewards is None:
+            raise EpisodeNotDoneError("rewards exist only after the episode ends")
+        return self._live.rewards
+
+
+def make_env_factory(stage: int, language_weights: dict[str, float] | None = None, **kwargs: Any) -> Any:
+    """A zero-argument callable building fresh envs for `stage` (what trainers and rollouts take)."""
+    return functools.partial(DriftCallEnv, stage, language_weights, **kwargs)
+
+
+def run(ctx: Context) -> Context:
+    """Store an env factory per stage; play one expert episode per stage as a smoke check."""
+    ctx.env_factory = {s: make_env_factory(s, ctx.profile.languages_for_stage(s)) for s in (1, 2, 3)}
+    try:
+        from cells.step_11_agent import ExpertPolicy, play_episode
+    except ImportError:
+        print("[env] factories ready (step 11 not present: no smoke episode)")
+        return ctx
+    for stage, factory in ctx.env_factory.items():
+        env = factory()
+        episode, rewards = play_episode(env, ExpertPolicy(), seed=ctx.profile.seed)
+        print(f"[env] stage {stage}: {episode.goal.domain}/{episode.goal.language} turns={episode.turns_used} "
+              f"drifts={[d.pattern_id for d in episode.drifts]} reward={rewards.reward:.3f}")
+    return ctx
