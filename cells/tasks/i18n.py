@@ -1,0 +1,227 @@
+"""Localisation: spoken forms of cities, places, dates, times and money in the user's language,
+plus script detection used to score whether a reply is in the user's script.
+
+Canonical values (IATA codes, place ids like "BLR:KORAMANGALA", ISO dates) never change; only the
+words spoken around them do. Every rendered string is NFC-normalised.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import date, datetime
+from typing import Any
+
+from cells.step_03_data import load_fixture
+from cells.step_04_models import LANGUAGES
+
+I18N_FIXTURE = "i18n.yaml"
+
+# The script a user of each language writes in (Hinglish is romanised Hindi).
+LANGUAGE_SCRIPT: dict[str, str] = {
+    "hi": "devanagari", "ta": "tamil", "kn": "kannada", "en": "latin", "hinglish": "latin",
+}
+
+# Unicode blocks of the scripts we score.
+_SCRIPT_RANGES: tuple[tuple[str, int, int], ...] = (
+    ("devanagari", 0x0900, 0x097F),
+    ("tamil", 0x0B80, 0x0BFF),
+    ("kannada", 0x0C80, 0x0CFF),
+)
+DOMINANT_SHARE = 0.6  # a script must hold this share of the letters to name the text's script
+
+
+class I18nError(ValueError):
+    """A localisation table lacks an entry; the message names the key and language."""
+
+
+def nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+_SENTENCE_START = re.compile(r"(^|[.!?;]\s+)([a-z])")
+
+
+def finish(text: str, lang: str) -> str:
+    """NFC-normalise; in Latin-script languages also capitalise sentence starts (a slot value such
+    as "egg wala khana" may open a sentence)."""
+    if LANGUAGE_SCRIPT.get(lang) == "latin":
+        text = _SENTENCE_START.sub(lambda m: m.group(1) + m.group(2).upper(), text)
+    return nfc(text)
+
+
+def _char_script(ch: str) -> str | None:
+    code = ord(ch)
+    for name, lo, hi in _SCRIPT_RANGES:
+        if lo <= code <= hi:
+            return name
+    if ch.isascii() and ch.isalpha():
+        return "latin"
+    if ch.isalpha() and unicodedata.name(ch, "").startswith("LATIN"):
+        return "latin"
+    return None
+
+
+def script_counts(text: str) -> dict[str, int]:
+    """Letters (and combining signs) per script; digits, punctuation, ₹ and spaces are ignored."""
+    counts: dict[str, int] = {}
+    for ch in nfc(text):
+        script = _char_script(ch)
+        if script is not None:
+            counts[script] = counts.get(script, 0) + 1
+    return counts
+
+
+def script_of(text: str) -> str:
+    """"devanagari" | "tamil" | "kannada" | "latin" | "mixed".
+
+    The script holding at least `DOMINANT_SHARE` of the letters names the text; text with no
+    letters at all (e.g. "₹4,500") or no dominant script is "mixed".
+    """
+    counts = script_counts(text)
+    total = sum(counts.values())
+    if total == 0:
+        return "mixed"
+    script, top = max(sorted(counts.items()), key=lambda kv: kv[1])
+    return script if top / total >= DOMINANT_SHARE else "mixed"
+
+
+def has_script(text: str, script: str) -> bool:
+    return script_counts(text).get(script, 0) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+
+
+def tables() -> dict[str, Any]:
+    """The parsed i18n fixture (cached by step_03; treat as read-only)."""
+    return load_fixture(I18N_FIXTURE)
+
+
+def phrases() -> dict[str, Any]:
+    return tables()["phrases"]
+
+
+def _by_lang(entry: Any, lang: str, where: str) -> Any:
+    if not isinstance(entry, dict) or lang not in entry:
+        raise I18nError(f"{I18N_FIXTURE}: {where} has no entry for language {lang!r}")
+    return entry[lang]
+
+
+def city_codes() -> tuple[str, ...]:
+    return tuple(sorted(tables()["cities"]))
+
+
+def city_name(iata: str) -> str:
+    """Canonical city name, e.g. "BLR" -> "Bengaluru"."""
+    return str(tables()["cities"][iata]["name"])
+
+
+def city_form(iata: str, lang: str, case: str = "name") -> str:
+    """Spoken city name; `case` in name|from|to|in (only Tamil and Kannada inflect)."""
+    cities = tables()["cities"]
+    if iata not in cities:
+        raise I18nError(f"{I18N_FIXTURE}: unknown city {iata!r}; known: {sorted(cities)}")
+    form = _by_lang(cities[iata]["forms"], lang, f"cities.{iata}.forms")
+    if isinstance(form, dict):
+        return str(form.get(case, form["name"]))
+    return str(form)
+
+
+def places(iata: str) -> tuple[str, ...]:
+    """Canonical place ids of a city, airport first: ("BLR:AIRPORT", "BLR:KORAMANGALA", ...)."""
+    return (f"{iata}:AIRPORT", *(f"{iata}:{p}" for p in sorted(tables()["cities"][iata]["places"])))
+
+
+def place_name(place_id: str, lang: str) -> str:
+    """Spoken name of a canonical place id (the airport is just "airport" in the city's context)."""
+    iata, _, place = place_id.partition(":")
+    if place == "AIRPORT":
+        return str(_by_lang(phrases()["airport"], lang, "phrases.airport"))
+    entry = tables()["cities"][iata]["places"].get(place)
+    if entry is None:
+        raise I18nError(f"{I18N_FIXTURE}: unknown place {place_id!r}")
+    return str(_by_lang(entry, lang, f"cities.{iata}.places.{place}"))
+
+
+def spoken_date(iso: str, lang: str) -> str:
+    """"2026-05-02" -> "2 मई" / "மே 2" / "ಮೇ 2" / "2 May"."""
+    d = date.fromisoformat(iso[:10])
+    month = _by_lang(phrases()["months"], lang, "phrases.months")[d.month - 1]
+    return _by_lang(phrases()["date"], lang, "phrases.date").format(d=d.day, month=month)
+
+
+def _period_index(hour: int) -> int:
+    if 4 <= hour <= 11:
+        return 0
+    if 12 <= hour <= 15:
+        return 1
+    if 16 <= hour <= 19:
+        return 2
+    return 3
+
+
+def spoken_time(hhmm: str, lang: str) -> str:
+    """"07:30" -> "सुबह 7:30 बजे" / "காலை 7:30 மணி" / "ಬೆಳಿಗ್ಗೆ 7:30 ಗಂಟೆ" / "7:30 am"."""
+    hour, minute = (int(x) for x in hhmm[:5].split(":"))
+    h12 = hour % 12 or 12
+    clock = f"{h12}" if minute == 0 else f"{h12}:{minute:02d}"
+    periods = _by_lang(phrases()["periods"], lang, "phrases.periods")
+    period = ("am" if hour < 12 else "pm") if lang == "en" else periods[_period_index(hour)]
+    return _by_lang(phrases()["time"], lang, "phrases.time").format(period=period, clock=clock)
+
+
+def money(inr: int) -> str:
+    """Integer INR with Indian digit grouping: 125000 -> "₹1,25,000"."""
+    digits = str(abs(int(inr)))
+    if len(digits) > 3:
+        head, tail = digits[:-3], digits[-3:]
+        groups = []
+        while len(head) > 2:
+            groups.insert(0, head[-2:])
+            head = head[:-2]
+        if head:
+            groups.insert(0, head)
+        digits = ",".join([*groups, tail])
+    return f"{'-' if inr < 0 else ''}₹{digits}"
+
+
+def counted(kind: str, n: int, lang: str) -> str:
+    """"tickets"/"rooms" with the right singular/plural form."""
+    one, many = _by_lang(phrases()[kind], lang, f"phrases.{kind}")
+    return (one if n == 1 else many).format(n=n)
+
+
+def vocab(table: str, key: str, lang: str) -> str:
+    """A localised enum value: vocab("vehicles", "suv", "hi") -> "एसयूवी"."""
+    entry = phrases()[table].get(key)
+    if entry is None:
+        raise I18nError(f"{I18N_FIXTURE}: phrases.{table} has no {key!r}")
+    return str(_by_lang(entry, lang, f"phrases.{table}.{key}"))
+
+
+def rating_text(value: float) -> str:
+    return f"{value:g}"
+
+
+def join_names(names: tuple[str, ...] | list[str], lang: str) -> str:
+    """"A, B और C" in the user's language."""
+    names = list(names)
+    if len(names) <= 1:
+        return "".join(names)
+    word = _by_lang(phrases()["and"], lang, "phrases.and")
+    return f"{', '.join(names[:-1])} {word} {names[-1]}"
+
+
+def iso_now(dt: datetime) -> str:
+    """ISO 8601 with the IST offset, e.g. "2026-05-02T09:15:00+05:30"."""
+    return dt.strftime("%Y-%m-%dT%H:%M:%S") + "+05:30"
+
+
+def check_languages(entry: dict[str, Any], where: str) -> None:
+    """Raise unless `entry` has a value for every language."""
+    missing = [lang for lang in LANGUAGES if lang not in entry]
+    if missing:
+        raise I18nError(f"{where}: missing language(s) {missing}")
