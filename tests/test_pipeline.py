@@ -46,9 +46,9 @@ STEP_MODULES = [s.import_path for s in STEPS]
 @pytest.mark.parametrize("module", STEP_MODULES)
 def test_step_import_is_light(module):
     code = (
-        "import sys, time; t=time.perf_counter(); import importlib; importlib.import_module(%r); "
+        f"import sys, time; t=time.perf_counter(); import importlib; importlib.import_module({module!r}); "
         "dt=time.perf_counter()-t; heavy=[m for m in ('torch','transformers','trl','peft','matplotlib') "
-        "if m in sys.modules]; print(dt, heavy)" % module
+        "if m in sys.modules]; print(dt, heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     dt, heavy = out.stdout.split(" ", 1)

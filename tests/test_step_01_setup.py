@@ -1,7 +1,7 @@
 import json
 
-from cells.step_01_setup import RuntimeInfo, default_profile_name, detect_runtime, package_versions, run
 from cells.pipeline import make_context
+from cells.step_01_setup import RuntimeInfo, default_profile_name, detect_runtime, package_versions, run
 
 
 def _info(**kw):

@@ -1,9 +1,17 @@
 import dataclasses
+import itertools
 
 import pytest
 
 from cells.step_02_profiles import (
-    EVAL_SEEDS, PROBE_SEEDS, PROFILES, SEED_RANGES, TRAIN_SEEDS, Profile, ProfileError, get_profile,
+    EVAL_SEEDS,
+    PROBE_SEEDS,
+    PROFILES,
+    SEED_RANGES,
+    TRAIN_SEEDS,
+    Profile,
+    ProfileError,
+    get_profile,
 )
 
 
@@ -43,8 +51,8 @@ def test_languages_for_stage():
 
 def test_seed_ranges_are_disjoint_and_ordered():
     spans = sorted((r.start, r.stop) for r in SEED_RANGES)
-    for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
-        assert a1 <= b0
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start
     assert 5 in TRAIN_SEEDS and 5 not in EVAL_SEEDS
     assert EVAL_SEEDS.seed(0) in EVAL_SEEDS and EVAL_SEEDS.seed(0) not in PROBE_SEEDS
     with pytest.raises(ProfileError):

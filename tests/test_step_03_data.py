@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from cells.step_03_data import DataError, FIXTURE_KEYS, load_all, load_fixture, sha256_file
+from cells.step_03_data import FIXTURE_KEYS, DataError, load_all, load_fixture, sha256_file
 
 
 def _write(tmp_path, name, text):
@@ -31,7 +31,7 @@ def test_missing_required_key_names_file_and_key(tmp_path):
     _valid_dir(tmp_path)
     _write(tmp_path, "templates.yaml", "version: 1\n")
     load_fixture.cache_clear()
-    with pytest.raises(DataError, match=r"templates.yaml.*templates"):
+    with pytest.raises(DataError, match=r"templates\.yaml.*templates"):
         load_all(tmp_path)
 
 
@@ -39,7 +39,7 @@ def test_unparsable_and_absent_fixtures(tmp_path):
     _valid_dir(tmp_path)
     _write(tmp_path, "drifts.yaml", "version: [1\n")
     load_fixture.cache_clear()
-    with pytest.raises(DataError, match="drifts.yaml: cannot parse"):
+    with pytest.raises(DataError, match=r"drifts\.yaml: cannot parse"):
         load_all(tmp_path)
     (tmp_path / "drifts.yaml").unlink()
     with pytest.raises(DataError, match="expected fixture"):

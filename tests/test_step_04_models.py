@@ -5,9 +5,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cells.step_04_models import (
-    MODEL_TYPES, ActionRecord, ActionType, Booking, Constraint, DriftCallAction, DriftCallObservation,
-    DriftCallState, DriftEvent, Episode, GoalSpec, ModelValidationError, Rewards, ScheduledDrift, TerminatedBy,
-    ToolDoc, ToolResult, ToolStatus, UserFacts, UserMessage, canonical_json, rng_for, stable_id, stable_int,
+    MODEL_TYPES,
+    ActionRecord,
+    ActionType,
+    Booking,
+    Constraint,
+    DriftCallAction,
+    DriftCallObservation,
+    DriftCallState,
+    DriftEvent,
+    Episode,
+    GoalSpec,
+    ModelValidationError,
+    Rewards,
+    ScheduledDrift,
+    TerminatedBy,
+    ToolDoc,
+    ToolResult,
+    ToolStatus,
+    UserFacts,
+    UserMessage,
+    canonical_json,
+    rng_for,
+    stable_id,
+    stable_int,
 )
 
 SCRIPTS = ["मुझे कल दिल्ली जाना है", "நாளை சென்னைக்கு டிக்கெட்", "ನಾಳೆ ಬೆಂಗಳೂರಿಗೆ", "Book a cab", "kal Pune jaana hai"]
