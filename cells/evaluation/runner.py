@@ -1,0 +1,150 @@
+"""Run any policy on a frozen, stratified held-out seed plan and turn the episodes into `EvalRecord`s.
+
+One function evaluates everything (`evaluate`): scripted policies (expert, naive, random,
+exploits) play through text, models play through the batched rollout driver with the same
+prompts the trainer uses. The plan (`eval_plan`) draws seeds from the reserved evaluation range
+via `step_07.eval_seeds`, stratified by stage and language; `EvalSpec` pins the plan and the
+decoding so baseline and final can be checked to match (`check_same_spec`).
+
+Decoding: trial 0 is greedy (the headline metrics); pass^k uses `k` extra sampled trials at
+`SAMPLED_TEMPERATURE` (identical for baseline and final). Scripted policies are deterministic, so
+their sampled trials repeat trial 0 and their pass^k equals their success rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from cells.evaluation.records import EvalRecord, record_from_episode
+
+SAMPLED_TEMPERATURE = 0.7
+
+
+class EvalMismatchError(ValueError):
+    """Baseline and final evaluations used different seeds or decoding; paired statistics would lie."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalCase:
+    """One held-out task: a seed whose goal is in `language` at curriculum `stage`."""
+
+    seed: int
+    stage: int
+    language: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+    """Everything that must match between a baseline and a final evaluation."""
+
+    cases: tuple[EvalCase, ...]
+    sampled_trials: int
+    sampled_temperature: float
+    max_new_tokens_per_turn: int
+    max_episode_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def eval_plan(per_cell: int, stages: Iterable[int] = (1, 2, 3), languages: Sequence[str] | None = None,
+              offset: int = 0) -> tuple[EvalCase, ...]:
+    """`per_cell` held-out seeds for every (stage, language); `offset` skips seeds (disjoint plans)."""
+    from cells.step_04_models import LANGUAGES
+    from cells.step_07_tasks import eval_seeds
+
+    langs = tuple(languages or LANGUAGES)
+    cases = []
+    for stage in stages:
+        for lang in langs:
+            seeds = eval_seeds(per_cell + offset, stage, lang)[offset:]
+            cases.extend(EvalCase(s, stage, lang) for s in seeds)
+    return tuple(cases)
+
+
+def make_spec(profile: Any, cases: tuple[EvalCase, ...], sampled_trials: int | None = None) -> EvalSpec:
+    return EvalSpec(
+        cases=cases,
+        sampled_trials=profile.pass_k if sampled_trials is None else sampled_trials,
+        sampled_temperature=SAMPLED_TEMPERATURE,
+        max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
+        max_episode_tokens=profile.max_episode_tokens,
+    )
+
+
+def check_same_spec(baseline: dict[str, Any], final: dict[str, Any]) -> None:
+    """Raise `EvalMismatchError` naming the first field where two spec dicts differ."""
+    for key in sorted(set(baseline) | set(final)):
+        if baseline.get(key) != final.get(key):
+            raise EvalMismatchError(
+                f"baseline and final evaluations differ in {key!r}; rerun both with the same profile and plan"
+            )
+
+
+def env_for_case(case: EvalCase) -> Any:
+    from cells.step_10_env import DriftCallEnv
+
+    return DriftCallEnv(case.stage, {case.language: 1.0})
+
+
+def run_scripted(name: str, policy_factory: Callable[[], Any], cases: Sequence[EvalCase],
+                 trial: int = 0) -> list[EvalRecord]:
+    """Play each case with a fresh scripted policy; returns one record per case."""
+    from cells.step_11_agent import play_episode
+
+    records = []
+    for case in cases:
+        episode, rewards = play_episode(env_for_case(case), policy_factory(), seed=case.seed)
+        records.append(record_from_episode(name, trial, episode, rewards))
+    return records
+
+
+def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], spec: EvalSpec, *,
+              greedy: bool, trial: int, batch_size: int = 64) -> list[EvalRecord]:
+    """Play each case with the model through the batched rollout driver (same prompts as training)."""
+    from cells.agent.rollout import rollout_batch
+    from cells.step_08_rewards import compute_rewards
+
+    records = []
+    for start in range(0, len(cases), batch_size):
+        chunk = cases[start:start + batch_size]
+        result = rollout_batch(
+            [env_for_case(c) for c in chunk], [c.seed for c in chunk], model=model, tokenizer=tokenizer,
+            max_new_tokens_per_turn=spec.max_new_tokens_per_turn, max_episode_tokens=spec.max_episode_tokens,
+            temperature=spec.sampled_temperature, greedy=greedy,
+        )
+        records.extend(record_from_episode(name, trial, ep, compute_rewards(ep)) for ep in result.episodes)
+    return records
+
+
+def evaluate(name: str, spec: EvalSpec, *, policy_factory: Callable[[], Any] | None = None,
+             model: Any = None, tokenizer: Any = None) -> tuple[list[EvalRecord], list[EvalRecord]]:
+    """(greedy records, sampled-trial records) for one policy or model over the spec's cases."""
+    if (policy_factory is None) == (model is None):
+        raise ValueError("evaluate() takes exactly one of policy_factory= or model=")
+    if policy_factory is not None:
+        greedy = run_scripted(name, policy_factory, spec.cases)
+        # Scripted policies and the env are deterministic: every sampled trial repeats trial 0.
+        sampled = [dataclasses.replace(r, trial=t) for t in range(spec.sampled_trials) for r in greedy]
+        return greedy, sampled
+    greedy = run_model(name, model, tokenizer, spec.cases, spec, greedy=True, trial=0)
+    sampled: list[EvalRecord] = []
+    for t in range(spec.sampled_trials):
+        sampled.extend(run_model(name, model, tokenizer, spec.cases, spec, greedy=False, trial=t))
+    return greedy, sampled
+
+
+def report_for(greedy: Sequence[EvalRecord], sampled: Sequence[EvalRecord], profile: Any) -> dict[str, Any]:
+    """`build_eval_report` over greedy records, with pass^k taken from the sampled trials."""
+    from cells.evaluation import stats
+    from cells.evaluation.report import build_eval_report
+
+    report = build_eval_report(greedy, bootstrap_resamples=profile.bootstrap_resamples, seed=profile.seed)
+    by_policy = stats.by_policy(sampled)
+    for name, block in report["policies"].items():
+        if by_policy.get(name):
+            block["pass_k"] = stats.pass_hat_k(by_policy[name], profile.pass_k)
+            block["pass_k_decoding"] = f"{len({r.trial for r in by_policy[name]})} sampled trials, T={SAMPLED_TEMPERATURE}"
+    return report

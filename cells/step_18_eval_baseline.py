@@ -1,0 +1,82 @@
+"""Step 18 - baseline evaluation: the untrained model and the scripted reference policies on frozen held-out seeds.
+
+The plan is `profile.eval_episodes_per_cell` seeds per (stage, language) from the reserved
+evaluation range (`cells.evaluation.runner.eval_plan`). The model is evaluated with its LoRA
+adapter disabled, i.e. the base model before warm start and GRPO; trial 0 is greedy, pass^k uses
+`profile.pass_k` sampled trials. The scripted random, naive and expert policies play the same
+seeds as reference rows.
+
+Reads `ctx.profile`, `ctx.model`, `ctx.tokenizer` (step 12; without a model only the reference rows
+are produced). Writes `ctx.reports["baseline"]`, `ctx.reports["reference"]`, `ctx.reports["eval_spec"]`,
+and `eval_baseline.json`, `eval_reference.json`, `records_baseline.jsonl` in the run directory.
+Run alone: `python -m cells run --profile cpu-smoke --steps 12,18` (~1 min on 2 CPU cores for cpu-smoke).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.pipeline import Context
+
+REFERENCE_POLICIES: tuple[str, ...] = ("random", "naive", "expert")
+
+
+def reference_factories() -> dict[str, Any]:
+    """Scripted reference policies by report name (fresh instance per episode)."""
+    from cells.step_11_agent import ExpertPolicy, NaivePolicy, RandomPolicy
+
+    return {"random": lambda: RandomPolicy(seed=0), "naive": NaivePolicy, "expert": ExpertPolicy}
+
+
+def adapter_disabled(model: Any) -> Any:
+    """Context manager running a peft model without its adapter (a no-op for plain models)."""
+    disable = getattr(model, "disable_adapter", None)
+    return disable() if callable(disable) else contextlib.nullcontext()
+
+
+def evaluate_references(ctx: Context, spec: Any) -> dict[str, Any]:
+    from cells.evaluation.runner import evaluate, report_for
+
+    greedy, sampled = [], []
+    for name, factory in reference_factories().items():
+        g, s = evaluate(name, spec, policy_factory=factory)
+        greedy.extend(g)
+        sampled.extend(s)
+    return report_for(greedy, sampled, ctx.profile)
+
+
+def evaluate_model(ctx: Context, spec: Any, name: str) -> tuple[dict[str, Any], list[Any]]:
+    """Report and greedy records for `ctx.model` under the spec."""
+    from cells.evaluation.runner import evaluate, report_for
+
+    greedy, sampled = evaluate(name, spec, model=ctx.model, tokenizer=ctx.tokenizer)
+    return report_for(greedy, sampled, ctx.profile), greedy
+
+
+def run(ctx: Context) -> Context:
+    """Evaluate reference policies and (if booted) the base model; save JSON reports."""
+    from cells.evaluation.records import save_records_jsonl
+    from cells.evaluation.report import save_report_json
+    from cells.evaluation.runner import eval_plan, make_spec
+
+    spec = make_spec(ctx.profile, eval_plan(ctx.profile.eval_episodes_per_cell))
+    ctx.reports["eval_spec"] = spec.to_dict()
+    ctx.reports["reference"] = evaluate_references(ctx, spec)
+    ctx.artifacts["eval_reference"] = save_report_json(ctx.reports["reference"], ctx.run_dir / "eval_reference.json")
+    if ctx.model is not None:
+        with adapter_disabled(ctx.model):
+            report, records = evaluate_model(ctx, spec, "baseline")
+        report["eval_spec"] = spec.to_dict()
+        ctx.reports["baseline"] = report
+        ctx.reports["baseline_records"] = records
+        ctx.artifacts["eval_baseline"] = save_report_json(report, ctx.run_dir / "eval_baseline.json")
+        save_records_jsonl(records, ctx.run_dir / "records_baseline.jsonl")
+    for name, block in ctx.reports["reference"]["policies"].items():
+        print(f"[eval] {name:>8}: success={block['success']['value']:.3f} n={block['n_episodes']}")
+    if "baseline" in ctx.reports:
+        block = ctx.reports["baseline"]["policies"]["baseline"]
+        print(f"[eval] baseline: success={block['success']['value']:.3f} "
+              f"parse_fail={block['parse_failures']}")
+    return ctx
