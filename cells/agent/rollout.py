@@ -1,0 +1,303 @@
+"""Lock-step multi-turn rollout driver: N episodes at once, scripted policy or batched model generation.
+
+Each turn every active episode produces one assistant message: a scripted policy is asked
+(`policy.act(observation, history) -> str`), or all active episodes go through ONE `model.generate`
+call (left padding, KV cache on, stop at the end-of-turn token). The text goes to `env.step_text`,
+and the next observation is rendered as the next user-side message.
+
+Token sequences are built incrementally, never by re-tokenising the whole conversation: the tokens
+the model generated are kept exactly (mask 1), and everything the chat template or the environment
+inserts between turns (turn closers, `<start_of_turn>user ... <start_of_turn>model\n`) gets mask 0.
+The next turn's generation is fed exactly these ids, so what the trainer scores is what was sampled.
+
+Env protocol (DriftCallEnv and tests/toy_env.py): `reset(seed) -> obs`, `step_text(text) -> obs`,
+`obs.done`, `episode()`. The turn-0 prompt is the system prompt plus the goal's `seed_utterance`
+(the same two messages as `step_14.render_initial_prompt`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+Messages = list[dict[str, str]]
+_SENTINEL = "\u2063DRIFTCALL_SENTINEL\u2063"
+
+
+@dataclass(frozen=True)
+class TrajectoryTokens:
+    """One episode as tokens: the turn-0 prompt, then everything after it.
+
+    `assistant_mask[i]` is 1 where `completion_ids[i]` was produced by the policy and 0 for template
+    or environment tokens; `turn_spans` are `[start, end)` ranges of each assistant turn in
+    `completion_ids`; `text` is the decoded completion (special tokens kept).
+    """
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    assistant_mask: tuple[int, ...]
+    turn_spans: tuple[tuple[int, int], ...]
+    text: str
+
+    def __post_init__(self) -> None:
+        if len(self.completion_ids) != len(self.assistant_mask):
+            raise ValueError(
+                f"completion_ids ({len(self.completion_ids)}) and assistant_mask ({len(self.assistant_mask)}) differ"
+            )
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """What `rollout_batch` returns, one entry per env."""
+
+    transcripts: tuple[tuple[dict[str, str], ...], ...]  # chat messages, system + user + turns
+    trajectories: tuple[TrajectoryTokens, ...] | None  # None when no tokenizer was given
+    episodes: tuple[Any, ...]
+    generated_tokens: int
+    seconds: float
+
+
+def default_system_prompt(env: Any, obs: Any) -> str:
+    """The pinned concierge prompt (step 14)."""
+    from cells.step_14_trainer import PINNED_SYSTEM_PROMPT
+
+    return PINNED_SYSTEM_PROMPT
+
+
+def default_goal(env: Any, obs: Any) -> Any:
+    """The env's goal if it exposes one, else the turn-0 utterance on the observation."""
+    goal = getattr(env, "goal", None)
+    return goal if goal is not None else SimpleNamespace(seed_utterance=getattr(obs, "goal_utterance", ""))
+
+
+def default_render_observation(obs: Any) -> str:
+    """`[tool_result] {...}` / `[user] ...` / `[format_error] ...` lines, compact JSON, ensure_ascii=False."""
+    if getattr(obs, "text", None):
+        return str(obs.text)
+    lines = []
+    if getattr(obs, "parse_error", None):
+        lines.append(f"[format_error] {obs.parse_error}")
+    result = getattr(obs, "last_result", None)
+    if result is not None:
+        payload = result.to_dict() if hasattr(result, "to_dict") else result
+        lines.append("[tool_result] " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+    message = getattr(obs, "user_message", None)
+    if message is not None:
+        lines.append(f"[user] {getattr(message, 'text', message)}")
+    return "\n".join(lines)
+
+
+class ChatPieces:
+    """Token pieces of the chat template, derived by rendering (works for any chat template)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+        end = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+        self.stop_ids = tuple(i for i in (end, tokenizer.eos_token_id) if isinstance(i, int) and i >= 0
+                              and i != tokenizer.unk_token_id)
+        closed = self.render([{"role": "user", "content": "u"}, {"role": "assistant", "content": _SENTINEL}])
+        self.close_text = closed.split(_SENTINEL, 1)[1]  # what follows an assistant message, e.g. "<end_of_turn>\n"
+
+    def render(self, messages: Messages, add_generation_prompt: bool = False) -> str:
+        out = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return str(out)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def between_turns(self, messages: Messages, generated: Sequence[int], observation: str) -> list[int]:
+        """Ids from the end of the generated turn to the next generation prompt (all env/template tokens)."""
+        before = self.render(messages)  # ends with the last assistant turn, closed
+        after = self.render([*messages, {"role": "user", "content": observation}], add_generation_prompt=True)
+        if not after.startswith(before):
+            raise ValueError("chat template is not prefix-stable; cannot build turn tokens incrementally")
+        close = self.close_text
+        if generated and generated[-1] in self.stop_ids:  # the model already emitted the closer's first token
+            stop_text = self.tok.convert_ids_to_tokens(int(generated[-1]))
+            close = close[len(stop_text):] if close.startswith(stop_text) else close
+        return self.encode(close + after[len(before):])
+
+
+def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: list[int],
+              temperature: float, top_p: float, greedy: bool) -> list[list[int]]:
+    """One batched `generate` over left-padded `batch`; each row cut after its first stop token."""
+    import torch
+
+    pad = pieces.tok.pad_token_id
+    width = max(len(ids) for ids in batch)
+    device = next(model.parameters()).device
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long, device=device)  # (B, T)
+    attention = torch.zeros((len(batch), width), dtype=torch.long, device=device)  # (B, T)
+    for row, ids in enumerate(batch):
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids):] = 1
+    sample_kwargs = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature,
+                                                         "top_p": top_p, "top_k": 0}
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=max(max_new), use_cache=True,
+            eos_token_id=list(pieces.stop_ids), pad_token_id=pad, **sample_kwargs,
+        )  # (B, T + N)
+    results = []
+    for row, limit in enumerate(max_new):
+        new = out[row, width:width + limit].tolist()
+        for j, token in enumerate(new):
+            if token in pieces.stop_ids:
+                new = new[: j + 1]
+                break
+        results.append(new)
+    return results
+
+
+@dataclass
+class _Episode:
+    env: Any
+    messages: Messages
+    prompt_ids: list[int]
+    completion: list[int]
+    mask: list[int]
+    spans: list[tuple[int, int]]
+    obs: Any
+    done: bool = False
+
+
+def _start(envs: Sequence[Any], seeds: Sequence[int], pieces: ChatPieces | None,
+           system_prompt_fn: Callable[[Any, Any], str], goal_fn: Callable[[Any, Any], Any]) -> list[_Episode]:
+    runs = []
+    for env, seed in zip(envs, seeds, strict=True):
+        obs = env.reset(seed=seed)
+        goal = goal_fn(env, obs)
+        messages = [{"role": "system", "content": system_prompt_fn(env, obs)},
+                    {"role": "user", "content": str(getattr(goal, "seed_utterance", ""))}]
+        prompt = pieces.encode(pieces.render(messages, add_generation_prompt=True)) if pieces else []
+        runs.append(_Episode(env, messages, prompt, [], [], [], obs, bool(getattr(obs, "done", False))))
+    return runs
+
+
+def rollout_batch(
+    envs: Sequence[Any],
+    seeds: Sequence[int],
+    *,
+    policy: Any = None,
+    model: Any = None,
+    tokenizer: Any = None,
+    system_prompt_fn: Callable[[Any, Any], str] = default_system_prompt,
+    goal_fn: Callable[[Any, Any], Any] = default_goal,
+    render_observation: Callable[[Any], str] = default_render_observation,
+    max_new_tokens_per_turn: int = 64,
+    max_episode_tokens: int = 1024,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    max_turns: int = 64,
+) -> RolloutResult:
+    """Run `len(envs)` episodes in lock-step with `policy` or `model` (one of them) until all are done.
+
+    An episode also stops when its completion would exceed `max_episode_tokens` (then `env.episode()`
+    is read as it stands) or after `max_turns` turns.
+    """
+    if (policy is None) == (model is None):
+        raise ValueError("pass exactly one of policy= (scripted) or model= (batched generation)")
+    if model is not None and tokenizer is None:
+        raise ValueError("model rollouts need tokenizer=")
+    pieces = ChatPieces(tokenizer) if tokenizer is not None else None
+    t0 = time.perf_counter()
+    runs = _start(envs, seeds, pieces, system_prompt_fn, goal_fn)
+    generated = 0
+    for _ in range(max_turns):
+        active = [r for r in runs if not r.done]
+        if not active:
+            break
+        budgets = [max_episode_tokens - len(r.completion) for r in active]
+        if policy is not None:
+            texts = [str(policy.act(r.obs, tuple(r.messages))) for r in active]
+            ids = [[*pieces.encode(t), pieces.stop_ids[0]] for t in texts] if pieces else [[] for _ in texts]
+        else:
+            ids = _generate(model, pieces, [r.prompt_ids + r.completion for r in active],
+                            [max(1, min(max_new_tokens_per_turn, b)) for b in budgets], temperature, top_p, greedy)
+            texts = [tokenizer.decode(t, skip_special_tokens=True) for t in ids]
+            generated += sum(len(t) for t in ids)
+        for run, text, new, budget in zip(active, texts, ids, budgets, strict=True):
+            _advance(run, text, new, budget, pieces, render_observation)
+    trajectories = None
+    if pieces is not None:
+        trajectories = tuple(
+            TrajectoryTokens(tuple(r.prompt_ids), tuple(r.completion), tuple(r.mask), tuple(r.spans),
+                             tokenizer.decode(r.completion, skip_special_tokens=False))
+            for r in runs
+        )
+    return RolloutResult(
+        transcripts=tuple(tuple(r.messages) for r in runs), trajectories=trajectories,
+        episodes=tuple(r.env.episode() for r in runs), generated_tokens=generated,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _advance(run: _Episode, text: str, new: list[int], budget: int, pieces: ChatPieces | None,
+             render_observation: Callable[[Any], str]) -> None:
+    """Record one assistant turn, step the env, and append the env/template tokens that follow."""
+    if pieces is not None and len(new) > budget:  # scripted text longer than what is left
+        run.done = True
+        return
+    start = len(run.completion)
+    run.completion.extend(new)
+    run.mask.extend([1] * len(new))
+    run.spans.append((start, len(run.completion)))
+    run.messages.append({"role": "assistant", "content": text})
+    run.obs = run.env.step_text(text)
+    if getattr(run.obs, "done", False):
+        run.done = True
+        return
+    observation = render_observation(run.obs)
+    if pieces is not None:
+        filler = pieces.between_turns(run.messages, new, observation)
+        if len(run.completion) + len(filler) >= budget + start:  # no room left for another turn
+            run.done = True
+            return
+        run.completion.extend(filler)
+        run.mask.extend([0] * len(filler))
+    run.messages.append({"role": "user", "content": observation})
+
+
+def make_rollout_group_fn(
+    *,
+    system_prompt_fn: Callable[[Any, Any], str] = default_system_prompt,
+    render_observation: Callable[[Any], str] = default_render_observation,
+    max_new_tokens_per_turn: int = 64,
+    max_episode_tokens: int = 1024,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    max_turns: int = 64,
+) -> Callable[..., tuple[tuple[Any, ...], tuple[TrajectoryTokens, ...]]]:
+    """A `RolloutGroupFn` for the trainer: G fresh envs, same seed, same goal, one batched rollout.
+
+    Keep `temperature` equal to the GRPOConfig's: TRL scores log-probs at that temperature.
+    """
+
+    def rollout_group(*, model: Any, tokenizer: Any, goal: Any, episode_seed: int, num_generations: int,
+                      env_factory: Callable[[], Any]) -> tuple[tuple[Any, ...], tuple[TrajectoryTokens, ...]]:
+        envs = [env_factory() for _ in range(num_generations)]
+        result = rollout_batch(
+            envs, [episode_seed] * num_generations, model=model, tokenizer=tokenizer,
+            system_prompt_fn=system_prompt_fn, goal_fn=lambda env, obs: goal,
+            render_observation=render_observation, max_new_tokens_per_turn=max_new_tokens_per_turn,
+            max_episode_tokens=max_episode_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
+            max_turns=max_turns,
+        )
+        assert result.trajectories is not None  # a tokenizer was given
+        return result.episodes, result.trajectories
+
+    return rollout_group
+
+
+def rollout_group_fn_for_profile(profile: Any, **callables: Any) -> Callable[..., Any]:
+    """`make_rollout_group_fn` with the profile's generation knobs (callables: system_prompt_fn, ...)."""
+    return make_rollout_group_fn(
+        max_new_tokens_per_turn=profile.max_new_tokens_per_turn, max_episode_tokens=profile.max_episode_tokens,
+        temperature=profile.temperature, top_p=profile.top_p, **callables,
+    )

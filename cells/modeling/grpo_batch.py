@@ -1,0 +1,129 @@
+"""Small, separately tested helpers behind `DriftCallGRPOTrainer._generate_and_score_completions`.
+
+- `group_rows`: the generation batch's rows -> one row per distinct prompt (TRL repeats each G times).
+- `pad_trajectories`: `TrajectoryTokens` -> the padded tensors TRL's loss reads (prompt left-padded,
+  completion right-padded, `tool_mask` 1 on model tokens, 0 on env/template tokens and padding).
+- `group_advantages`: group-relative advantages from episode rewards, as TRL's `scale_rewards` says.
+- `rollout_metrics`: slash-named metrics (reward components, parse failures, drift, languages, speed).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+ADVANTAGE_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)
+
+
+class BatchError(ValueError):
+    """The generation batch does not have the shape the trainer relies on."""
+
+
+def group_rows(inputs: Sequence[Mapping[str, Any]], num_generations: int, key: Callable[[Mapping[str, Any]], Any]
+               ) -> list[Mapping[str, Any]]:
+    """First row of each consecutive run of `num_generations` identical prompts (checked with `key`)."""
+    if not inputs or len(inputs) % num_generations:
+        raise BatchError(f"generation batch of {len(inputs)} rows is not a positive multiple of G={num_generations}")
+    groups = []
+    for start in range(0, len(inputs), num_generations):
+        chunk = inputs[start:start + num_generations]
+        keys = {repr(key(row)) for row in chunk}
+        if len(keys) != 1:
+            raise BatchError(f"rows {start}..{start + num_generations - 1} mix prompts {sorted(keys)}; TRL's "
+                             "RepeatSampler should repeat each prompt G times in a row (multi-process is unsupported)")
+        groups.append(chunk[0])
+    return groups
+
+
+def pad_trajectories(trajectories: Sequence[Any], pad_id: int, device: Any = None) -> dict[str, Any]:
+    """Pad `TrajectoryTokens` into TRL's tensors: prompt left-padded, completion right-padded."""
+    import torch
+
+    n = len(trajectories)
+    p_len = max(len(t.prompt_ids) for t in trajectories)
+    c_len = max(1, max(len(t.completion_ids) for t in trajectories))
+    prompt_ids = torch.full((n, p_len), pad_id, dtype=torch.long)  # (B, P)
+    prompt_mask = torch.zeros((n, p_len), dtype=torch.long)  # (B, P)
+    completion_ids = torch.full((n, c_len), pad_id, dtype=torch.long)  # (B, C)
+    completion_mask = torch.zeros((n, c_len), dtype=torch.long)  # (B, C): attention over the completion
+    tool_mask = torch.zeros((n, c_len), dtype=torch.long)  # (B, C): 1 = model token (trained)
+    for row, traj in enumerate(trajectories):
+        p, c = len(traj.prompt_ids), len(traj.completion_ids)
+        prompt_ids[row, p_len - p:] = torch.tensor(traj.prompt_ids, dtype=torch.long)
+        prompt_mask[row, p_len - p:] = 1
+        if c:
+            completion_ids[row, :c] = torch.tensor(traj.completion_ids, dtype=torch.long)
+            completion_mask[row, :c] = 1
+            tool_mask[row, :c] = torch.tensor(traj.assistant_mask, dtype=torch.long)
+    out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+           "completion_mask": completion_mask, "tool_mask": tool_mask}
+    return {k: v.to(device) for k, v in out.items()} if device is not None else out
+
+
+def group_advantages(rewards: Any, num_generations: int, scale: str = "group") -> tuple[Any, Any]:
+    """`(advantages (B,), zero_std (B,) bool)`: `(r - group mean) / (std + eps)` per TRL's `scale_rewards`.
+
+    `scale`: "group" divides by each group's std, "batch" by the whole batch's, "none" not at all.
+    Std is the unbiased sample std, as in TRL.
+    """
+    import torch
+
+    grouped = rewards.view(-1, num_generations)  # (B/G, G)
+    mean = grouped.mean(dim=1).repeat_interleave(num_generations)  # (B,)
+    group_std = grouped.std(dim=1).repeat_interleave(num_generations)  # (B,)
+    if scale in ("group", "none"):
+        std = group_std
+    elif scale == "batch":
+        std = rewards.std().expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    else:
+        raise BatchError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
+    advantages = rewards - mean
+    if scale != "none":
+        advantages = advantages / (std + ADVANTAGE_EPS)
+    zero_std = torch.isclose(group_std, torch.zeros_like(group_std))
+    return advantages, zero_std
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def rollout_metrics(
+    episodes: Sequence[Any],
+    rewards: Sequence[float],
+    components: Sequence[Mapping[str, float]],
+    zero_std_groups: float,
+    model_tokens: int,
+    seconds: float,
+) -> dict[str, float]:
+    """Slash-named metrics for one generation batch (means over its episodes)."""
+    n = len(episodes)
+    mean = sum(rewards) / n
+    var = sum((r - mean) ** 2 for r in rewards) / max(1, n - 1)
+    out: dict[str, float] = {"reward/mean": mean, "reward/std": var ** 0.5, "groups/zero_std_frac": zero_std_groups}
+    sums: dict[str, list[float]] = defaultdict(list)
+    for comp in components:
+        for name, value in comp.items():
+            if name != "reward":
+                sums[name].append(float(value))
+    out.update({f"reward/{name}": sum(v) / len(v) for name, v in sums.items()})
+    failures, turns, fired = 0, 0, 0
+    by_lang: dict[str, list[float]] = defaultdict(list)
+    for episode, reward in zip(episodes, rewards, strict=True):
+        failures += int(_get(episode, "parse_failures", 0) or 0)
+        turns += int(_get(episode, "turns_used", 0) or 0)
+        fired += int(bool(_get(episode, "drifts", ()) or ()))
+        lang = _get(_get(episode, "goal"), "language")
+        if lang:
+            by_lang[str(lang)].append(reward)
+    out["episode/parse_failure_rate"] = failures / turns if turns else 0.0
+    out["episode/turns_mean"] = turns / n
+    out["drift/fired_rate"] = fired / n
+    out.update({f"reward/lang/{lang}": sum(v) / len(v) for lang, v in sorted(by_lang.items())})
+    out["rollout/model_tokens_mean"] = model_tokens / n
+    out["rollout/tokens_per_s"] = model_tokens / seconds if seconds > 0 else 0.0
+    out["rollout/seconds"] = seconds
+    return out

@@ -1,0 +1,202 @@
+"""The tiny local model used by CPU profiles: a corpus-trained tokenizer and a Gemma-3-architecture LM.
+
+Everything here is offline and deterministic: the tokenizer is a byte-level BPE trained with the
+`tokenizers` library on the project's own text (every string in every YAML/JSON fixture under
+`cells/data`, the 16 tool names, sample JSON actions, the pinned system prompt), so any Devanagari,
+Tamil or Kannada string encodes (bytes are the base alphabet) and round-trips exactly. Special
+tokens and the chat template follow Gemma's conventions (`<bos>`, `<start_of_turn>user|model`,
+`<end_of_turn>`, system folded into the first user turn).
+
+`build_or_load_tiny(recipe, cache_root, seed)` caches the base model and tokenizer under
+`cache_root/<digest>/`, keyed by the recipe, the corpus and `TINY_BUILD_VERSION`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from cells.step_02_profiles import TinyModelRecipe
+from cells.step_03_data import DATA_DIR
+from cells.step_04_models import stable_digest
+
+TINY_BUILD_VERSION = 2  # bump when the tokenizer or model recipe code changes
+
+TOOL_NAMES: tuple[str, ...] = (
+    "airline.search", "airline.book", "airline.cancel", "airline.get_booking",
+    "cab.estimate", "cab.book", "cab.cancel",
+    "restaurant.search", "restaurant.order", "restaurant.track",
+    "hotel.search", "hotel.book", "hotel.cancel",
+    "payment.get_token", "payment.charge", "payment.refund",
+)
+
+BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
+START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, EOS, BOS, UNK, START_OF_TURN, END_OF_TURN)  # ids 0..5
+
+# Gemma-style template: the system message is folded into the first user turn; roles user/model.
+# Content is not trimmed, so a rendered assistant turn holds exactly the text the model produced.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages and messages[0]['role'] == 'system' -%}"
+    "{%- set first_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] in ['assistant', 'model'] else 'user' -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_prefix if loop.first else '') + message['content']"
+    " + '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+# Built-in text so the tokenizer is useful before (and independent of) the fixtures other steps add.
+_BUILTIN_TEXT: tuple[str, ...] = (
+    "You are a concierge assistant. Use the provided tools. "
+    "Respond in the caller's language. Submit with calibrated confidence.",
+    '{"action":"tool_call","tool":"airline.search","args":{"from":"HYD","to":"BLR","date":"2026-05-02"}}',
+    '{"action":"tool_call","tool":"cab.estimate","args":{"pickup":"Koramangala","drop":"BLR","class":"sedan"}}',
+    '{"action":"tool_call","tool":"payment.get_token","args":{"scope":"payments.v2"}}',
+    '{"action":"speak","message":"The fare now includes a ₹199 convenience fee."}',
+    '{"action":"clarify","message":"Please share the OTP sent to your phone."}',
+    '{"action":"probe_schema","tool":"airline"}',
+    '{"action":"submit","message":"Booked 6E-2345 for ₹4,820.","confidence":0.8}',
+    '{"action":"abort","message":"I could not complete the booking."}',
+    "[tool_result] {\"status\":\"schema_error\",\"error_code\":\"MISSING_FIELD\",\"field_name\":\"passenger_count\"}",
+    "[user] मुझे कल सुबह हैदराबाद से बेंगलुरु की फ्लाइट चाहिए, बजट ₹6000।",
+    "[user] நாளை காலை சென்னையிலிருந்து பெங்களூருக்கு விமானம் வேண்டும்.",
+    "[user] ನಾಳೆ ಬೆಂಗಳೂರಿನಿಂದ ಮೈಸೂರಿಗೆ ಕ್ಯಾಬ್ ಬುಕ್ ಮಾಡಿ.",
+    "[user] Mujhe kal Delhi se Mumbai ki flight book karni hai, budget 5000 tak.",
+    "[user] Please book a hotel in Goa for two nights under ₹7,500.",
+    "0123456789 ₹ INR +05:30 2026-05-02T09:30:00+05:30 true false null",
+)
+
+
+def _strings_in(value: Any) -> Iterator[str]:
+    """Every string (keys included) inside a parsed YAML/JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings_in(item)
+    elif value is not None:
+        yield str(value)
+
+
+def fixture_strings(data_dir: Path = DATA_DIR) -> tuple[str, ...]:
+    """Every string in every YAML/JSON file under `data_dir` (recursively, sorted by path)."""
+    if not data_dir.is_dir():
+        return ()
+    import yaml
+
+    out: list[str] = []
+    for path in sorted(p for p in data_dir.rglob("*") if p.suffix in (".yaml", ".yml", ".json")):
+        text = path.read_text(encoding="utf-8")
+        try:
+            parsed = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError) as exc:  # step 3 reports broken fixtures; the raw text still counts
+            warnings.warn(f"tokenizer corpus: {path.name} does not parse ({exc}); using its raw lines", stacklevel=2)
+            parsed = text.splitlines()
+        out.extend(_strings_in(parsed))
+    return tuple(out)
+
+
+def corpus_texts(include_fixtures: bool = True, data_dir: Path = DATA_DIR) -> tuple[str, ...]:
+    """The tokenizer's training corpus: built-in samples, tool names, JSON actions and fixtures."""
+    actions = tuple(
+        json.dumps({"action": "tool_call", "tool": t, "args": {}}, separators=(",", ":")) for t in TOOL_NAMES
+    )
+    fixtures = fixture_strings(data_dir) if include_fixtures else ()
+    return (*_BUILTIN_TEXT, *TOOL_NAMES, *actions, "{}[]:,\"", *fixtures)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+    """Train a byte-level BPE and wrap it as a Gemma-style `PreTrainedTokenizerFast`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte: nothing is ever unknown
+        show_progress=False,
+    )
+    core.train_from_iterator(list(texts), trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
+        additional_special_tokens=[START_OF_TURN, END_OF_TURN], padding_side="left",
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def tiny_config(recipe: TinyModelRecipe, tokenizer: Any) -> Any:
+    """A `Gemma3TextConfig` for `recipe`, with special-token ids from `tokenizer`."""
+    from transformers import Gemma3TextConfig
+
+    return Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_hidden_layers,
+        num_attention_heads=recipe.num_attention_heads,
+        num_key_value_heads=recipe.num_key_value_heads,
+        head_dim=recipe.head_dim,
+        query_pre_attn_scalar=recipe.head_dim,
+        max_position_embeddings=recipe.max_position_embeddings,
+        sliding_window=recipe.max_position_embeddings,  # episodes fit the window; keeps attention exact
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(END_OF_TURN)],
+        tie_word_embeddings=True,
+        # With tied embeddings at the default std 0.02, logits span only about +-1 (|h| ~ sqrt(hidden)
+        # after the final norm), so a LoRA-only policy can barely move the output distribution.
+        # std 0.1 gives a +-6 logit range: measured, the GRPO learning check goes 0.0 -> 0.4 in 30 steps.
+        initializer_range=0.1,
+    )
+
+
+def tiny_digest(recipe: TinyModelRecipe, texts: tuple[str, ...], seed: int) -> str:
+    """Cache key over everything that determines the built artefacts."""
+    parts = (TINY_BUILD_VERSION, recipe.__dict__, seed, CHAT_TEMPLATE, texts)
+    return stable_digest(*parts, size=8).hex()
+
+
+def build_or_load_tiny(
+    recipe: TinyModelRecipe, cache_root: Path, seed: int, texts: tuple[str, ...] | None = None
+) -> tuple[Any, Any, Path]:
+    """Return `(base_model, tokenizer, cache_dir)`, building and caching them on first use."""
+    import torch
+    from transformers import Gemma3ForCausalLM, PreTrainedTokenizerFast
+
+    texts = corpus_texts() if texts is None else texts
+    cache_dir = Path(cache_root) / tiny_digest(recipe, texts, seed)
+    if (cache_dir / "model" / "config.json").is_file() and (cache_dir / "tokenizer").is_dir():
+        tok = PreTrainedTokenizerFast.from_pretrained(cache_dir / "tokenizer")
+        model = Gemma3ForCausalLM.from_pretrained(cache_dir / "model", dtype=torch.float32)
+        return model, tok, cache_dir
+    tok = train_tokenizer(texts, recipe.vocab_size)
+    with torch.random.fork_rng(devices=[]):  # deterministic init without touching the global RNG
+        torch.manual_seed(seed)
+        model = Gemma3ForCausalLM(tiny_config(recipe, tok))
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = model.config.eos_token_id
+    tmp = cache_dir.with_name(cache_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an interrupted build
+    tok.save_pretrained(tmp / "tokenizer")
+    model.save_pretrained(tmp / "model")
+    if cache_dir.exists():  # another process finished first; keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(cache_dir)
+    return model, tok, cache_dir

@@ -1,0 +1,178 @@
+"""Step 12 - model: boot the policy model and tokenizer, wrapped with a LoRA adapter.
+
+Three paths, chosen from the profile and what is installed:
+
+1. GPU + Unsloth (`profile.use_unsloth` and `unsloth` importable): `FastLanguageModel.from_pretrained`
+   (4-bit where `profile.load_in_4bit`, dtype picked for the GPU: bf16 on Ampere+, fp16 on a T4),
+   then `FastLanguageModel.get_peft_model` with the profile's LoRA r/alpha/targets.
+2. GPU or CPU without Unsloth, Hub model: transformers `AutoModelForCausalLM` (+ bitsandbytes 4-bit
+   when asked and installed) and peft `get_peft_model`, same adapter.
+3. CPU profiles (`profile.model_id is None`): a tiny Gemma-3-architecture model
+   (`Gemma3ForCausalLM` from `profile.tiny`) with a byte-level BPE tokenizer trained on the
+   project's own corpus (see `cells/modeling/tiny.py`), built offline in seconds and cached under
+   `<run_dir>/tiny_model/<digest>/`; wrapped with the same LoRA so only the adapter trains.
+
+Why each model fits its hardware:
+- colab-t4 (16 GB, no bf16): Gemma 3 1B-it in 4-bit NF4 is ~1 GB of weights; LoRA r16 on all seven
+  projections adds ~13 M trainable params (~50 MB fp32 + Adam states ~150 MB). What is left (>12 GB)
+  holds G=4 episodes of ~2k tokens of activations with Unsloth's gradient checkpointing. fp16 compute.
+- colab-a100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 is ~8.6 GB of weights; LoRA r16 ~30 M params;
+  G=8 episodes of ~3k tokens fit with checkpointing in 40 GB, comfortably in 80 GB.
+- cpu-smoke / cpu-learn: ~0.1-1 M parameter models (hidden 64-128, 2-4 layers, vocab <= 2048) run
+  a GRPO step in about a second on 2 cores.
+
+Reads `ctx.profile`, `ctx.run_dir`, `ctx.runtime` (optional); writes `ctx.model`, `ctx.tokenizer`,
+`ctx.artifacts["tiny_model"]` (CPU profiles).
+Run alone: `python -m cells run --profile cpu-smoke --steps 12` (~5 s on CPU, mostly imports;
+minutes on Colab: weight download).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cells.step_02_profiles import Profile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.pipeline import Context
+
+
+class ModelBootError(RuntimeError):
+    """The requested model path cannot run here; the message says what to install or change."""
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts of a booted model."""
+
+    total: int
+    trainable: int
+
+    @property
+    def trainable_share(self) -> float:
+        return self.trainable / self.total if self.total else 0.0
+
+
+def count_parameters(model: Any) -> ParamCounts:
+    """Total and trainable parameter counts (unique tensors)."""
+    seen: dict[int, Any] = {id(p): p for p in model.parameters()}
+    total = sum(p.numel() for p in seen.values())
+    trainable = sum(p.numel() for p in seen.values() if p.requires_grad)
+    return ParamCounts(total=total, trainable=trainable)
+
+
+def lora_config(profile: Profile) -> Any:
+    """The peft `LoraConfig` every path uses."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=profile.lora_r,
+        lora_alpha=profile.lora_alpha,
+        lora_dropout=profile.lora_dropout,
+        target_modules=list(profile.lora_targets),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def _gpu_dtype(profile: Profile) -> Any:
+    import torch
+
+    if profile.precision == "bf16" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float16 if torch.cuda.is_available() else torch.float32
+
+
+def boot_unsloth(profile: Profile) -> tuple[Any, Any]:
+    """Path 1: Unsloth loader + Unsloth LoRA (GPU only)."""
+    from unsloth import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=profile.model_id,
+        max_seq_length=profile.max_prompt_tokens + profile.max_episode_tokens,
+        load_in_4bit=profile.load_in_4bit,
+        dtype=_gpu_dtype(profile),
+    )
+    model = FastLanguageModel.get_peft_model(
+        model,
+        r=profile.lora_r,
+        lora_alpha=profile.lora_alpha,
+        lora_dropout=profile.lora_dropout,
+        target_modules=list(profile.lora_targets),
+        bias="none",
+        use_gradient_checkpointing="unsloth",
+        random_state=profile.seed,
+    )
+    return model, tokenizer
+
+
+def boot_transformers(profile: Profile) -> tuple[Any, Any]:
+    """Path 2: transformers (+ bitsandbytes 4-bit when asked) + peft LoRA."""
+    import torch
+    from peft import get_peft_model, prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"dtype": _gpu_dtype(profile)}
+    quantized = profile.load_in_4bit and torch.cuda.is_available()
+    if quantized:
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise ModelBootError(
+                f"profile {profile.name!r} asks for 4-bit weights but bitsandbytes is missing: "
+                "`pip install bitsandbytes` or install unsloth"
+            )
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=kwargs["dtype"]
+        )
+        kwargs["device_map"] = {"": 0}
+    tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
+    model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
+    if quantized:
+        model = prepare_model_for_kbit_training(model)
+    elif torch.cuda.is_available():
+        model = model.to("cuda")
+    return get_peft_model(model, lora_config(profile)), tokenizer
+
+
+def boot_tiny(profile: Profile, run_dir: Path) -> tuple[Any, Any]:
+    """Path 3: the cached tiny Gemma-architecture model + corpus tokenizer, with LoRA."""
+    from peft import get_peft_model
+
+    from cells.modeling.tiny import build_or_load_tiny
+
+    if profile.tiny is None:
+        raise ModelBootError(f"profile {profile.name!r} has neither model_id nor a tiny recipe")
+    base, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
+    return get_peft_model(base, lora_config(profile)), tokenizer
+
+
+def boot_model(profile: Profile, run_dir: Path | str) -> tuple[Any, Any]:
+    """Return `(peft_model, tokenizer)` for `profile` (see the module docstring for the paths)."""
+    if profile.model_id is None:
+        model, tokenizer = boot_tiny(profile, Path(run_dir))
+    elif profile.use_unsloth and importlib.util.find_spec("unsloth") is not None:
+        model, tokenizer = boot_unsloth(profile)
+    else:
+        model, tokenizer = boot_transformers(profile)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # batched generation pads on the left
+    return model, tokenizer
+
+
+def run(ctx: Context) -> Context:
+    """Boot the model for `ctx.profile` and print its parameter counts."""
+    ctx.model, ctx.tokenizer = boot_model(ctx.profile, ctx.run_dir)
+    counts = count_parameters(ctx.model)
+    if ctx.profile.model_id is None:
+        ctx.artifacts["tiny_model"] = Path(ctx.run_dir) / "tiny_model"
+    name = ctx.profile.model_id or "tiny-gemma3 (local)"
+    print(
+        f"[model] {name}: {counts.total:,} params, {counts.trainable:,} trainable "
+        f"({100 * counts.trainable_share:.2f}%), vocab {len(ctx.tokenizer)}"
+    )
+    return ctx

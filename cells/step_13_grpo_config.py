@@ -1,0 +1,166 @@
+"""Step 13 - GRPO config: a real `trl.GRPOConfig` per profile and stage, `BETA_KL`, and `reward_fn`.
+
+`build_grpo_config(profile, stage)` maps the profile's knobs onto TRL: learning rate, cosine schedule,
+G = `num_generations`, `per_device_train_batch_size = prompts_per_step * G` (one optimiser step sees
+`prompts_per_step` whole groups), generation lengths, `beta = BETA_KL`, bf16 only where the GPU
+supports it, fp32 + `use_cpu=True` on CPU profiles, `report_to="none"`, adapter-friendly save
+settings, `remove_unused_columns=False` (rows carry `_meta`), `shuffle_dataset=False` (row i is
+curriculum step i). `reward_fn` turns the env's `Episode`s into one float each.
+
+Reads `ctx.profile`, `ctx.run_dir`; writes `ctx.trainer_state["grpo_configs"]` ({stage: GRPOConfig}).
+Run alone: `python -m cells run --profile cpu-smoke --steps 13` (~5 s: importing trl).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cells.step_02_profiles import Profile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.pipeline import Context
+
+BETA_KL: float = 0.04  # initial KL coefficient (fixed by the design); AdaptiveKLCallback retargets it
+STAGES: tuple[int, ...] = (1, 2, 3)
+COMPONENT_NAMES: tuple[str, ...] = ("r_task", "r_drift", "r_constraints", "r_format", "r_penalty", "brier")
+
+
+class GRPOConfigError(ValueError):
+    """A stage or override is invalid; the message names the rule and the fix."""
+
+
+def _bf16_supported() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def _precision_kwargs(profile: Profile) -> dict[str, Any]:
+    """fp32 + use_cpu on CPU profiles; bf16 only where supported; fp16 on GPUs without bf16."""
+    if profile.is_cpu:
+        return {"use_cpu": True, "bf16": False, "fp16": False}
+    if profile.precision == "bf16" and _bf16_supported():
+        return {"bf16": True, "fp16": False}
+    if profile.precision in ("bf16", "fp16"):
+        return {"bf16": False, "fp16": True}  # e.g. a T4: no bf16, fp16 autocast instead
+    return {"bf16": False, "fp16": False}
+
+
+def build_grpo_config(
+    profile: Profile, stage: int, output_dir: str | Path | None = None, **overrides: Any
+) -> Any:
+    """A `trl.GRPOConfig` for `profile` and curriculum `stage` (1, 2 or 3); `overrides` win."""
+    from trl import GRPOConfig
+
+    if stage not in STAGES:
+        raise GRPOConfigError(f"stage must be one of {STAGES}, got {stage!r}")
+    out = Path(output_dir) if output_dir is not None else Path(profile.run_root) / profile.name / f"stage{stage}"
+    g = profile.num_generations
+    kwargs: dict[str, Any] = {
+        "output_dir": str(out),
+        "learning_rate": profile.learning_rate,
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": 0,
+        "max_grad_norm": profile.max_grad_norm,
+        "num_generations": g,
+        "per_device_train_batch_size": profile.prompts_per_step * g,  # whole groups per device step
+        "gradient_accumulation_steps": profile.gradient_accumulation_steps,
+        "max_completion_length": profile.max_episode_tokens,
+        "temperature": profile.temperature,
+        "top_p": profile.top_p,
+        "beta": BETA_KL,
+        "max_steps": max(1, profile.steps_per_stage[stage - 1]),
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": max(1, profile.save_every),
+        "save_only_model": False,  # keep optimiser/scheduler/RNG so a stage resumes where it stopped
+        "report_to": "none",
+        "remove_unused_columns": False,  # rows carry `_meta` (goal, seed) the rollout needs
+        "shuffle_dataset": False,  # row i is curriculum step i; determinism over randomness here
+        "seed": profile.seed,
+        "data_seed": profile.seed,
+        "dataloader_num_workers": 0,
+        "disable_dropout": True,
+        **_precision_kwargs(profile),
+    }
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewards from episodes
+# ---------------------------------------------------------------------------------------------
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def episode_rewards(episode: Any) -> Any:
+    """The Rewards-like object (or mapping) for `episode`.
+
+    Order: the episode's own `rewards` (an env may attach them), a bare numeric `reward` (toy envs),
+    else `cells.step_08_rewards.compute_rewards(episode)` (imported lazily: written by step 8).
+    """
+    attached = _field(episode, "rewards")
+    if attached is not None and not callable(attached):
+        return attached
+    if _is_number(_field(episode, "reward")):
+        return episode
+    from cells.step_08_rewards import compute_rewards
+
+    return compute_rewards(episode)
+
+
+def reward_components(episode: Any) -> dict[str, float]:
+    """Scalar reward plus every numeric component the episode's rewards expose (None ones skipped)."""
+    rewards = episode_rewards(episode)
+    out = {"reward": float(_field(rewards, "reward"))}
+    extra = _field(rewards, "components")
+    names = list(COMPONENT_NAMES) + (list(extra) if isinstance(extra, Mapping) else [])
+    for name in names:
+        value = extra.get(name) if isinstance(extra, Mapping) and name in extra else _field(rewards, name)
+        if _is_number(value):
+            out[name] = float(value)
+    return out
+
+
+def reward_fn(
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    _meta: Sequence[Any] | None,
+    episodes: Sequence[Any],
+    **_kwargs: Any,
+) -> list[float]:
+    """One reward per episode, computed from the env's `Episode` (never from the completion text)."""
+    if len(episodes) != len(completions):
+        raise GRPOConfigError(f"got {len(episodes)} episodes for {len(completions)} completions; must match")
+    values = []
+    for i, episode in enumerate(episodes):
+        value = _field(episode_rewards(episode), "reward")
+        if not _is_number(value):
+            raise GRPOConfigError(f"episode {i} has no finite numeric reward (got {value!r})")
+        values.append(float(value))
+    return values
+
+
+def run(ctx: Context) -> Context:
+    """Build and print the three stage configs."""
+    configs = {s: build_grpo_config(ctx.profile, s, Path(ctx.run_dir) / f"stage{s}") for s in STAGES}
+    ctx.trainer_state["grpo_configs"] = configs
+    for s, cfg in configs.items():
+        print(
+            f"[grpo-config] stage {s}: lr={cfg.learning_rate} G={cfg.num_generations} "
+            f"batch={cfg.per_device_train_batch_size} steps={cfg.max_steps} beta={cfg.beta} "
+            f"bf16={cfg.bf16} fp16={cfg.fp16} cpu={cfg.use_cpu}"
+        )
+    return ctx

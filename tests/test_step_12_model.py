@@ -1,0 +1,122 @@
+"""Step 12: tiny Gemma model + corpus tokenizer, chat template, LoRA wrapping, cache, path choice."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from cells import step_12_model as s12
+from cells.modeling import tiny
+from cells.step_02_profiles import get_profile
+
+SCRIPTS = {
+    "hi": "मुझे कल सुबह हैदराबाद से बेंगलुरु की फ्लाइट चाहिए, बजट ₹6000।",
+    "ta": "நாளை காலை சென்னையிலிருந்து பெங்களூருக்கு விமானம் வேண்டும்.",
+    "kn": "ನಾಳೆ ಬೆಂಗಳೂರಿನಿಂದ ಮೈಸೂರಿಗೆ ಕ್ಯಾಬ್ ಬುಕ್ ಮಾಡಿ.",
+    "en": "Please book a hotel in Goa for two nights under ₹7,500.",
+    "hinglish": "Mujhe kal Delhi se Mumbai ki flight book karni hai, budget 5000 tak.",
+}
+
+
+@pytest.fixture(scope="module")
+def booted(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    model, tok = s12.boot_model(get_profile("cpu-smoke"), run_dir)
+    return model, tok, run_dir
+
+
+@pytest.mark.parametrize("lang", sorted(SCRIPTS))
+def test_tokenizer_round_trips_every_script(booted, lang):
+    _, tok, _ = booted
+    text = SCRIPTS[lang]
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids
+    assert tok.decode(ids) == text
+
+
+def test_unseen_text_still_encodes_via_bytes(booted):
+    _, tok, _ = booted
+    text = "ঝড় 🙂 ⟨unseen⟩"  # Bengali + emoji: not in the corpus
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_special_tokens_are_single_ids(booted):
+    _, tok, _ = booted
+    for token in tiny.SPECIAL_TOKENS:
+        ids = tok(token, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1 and tok.convert_ids_to_tokens(ids[0]) == token
+    assert tok.padding_side == "left"
+
+
+def test_chat_template_folds_system_and_adds_generation_prompt(booted):
+    _, tok, _ = booted
+    msgs = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "hi"}]
+    with_gen = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert with_gen == "<bos><start_of_turn>user\nSYS\n\nhi<end_of_turn>\n<start_of_turn>model\n"
+    without = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False)
+    assert not without.endswith("<start_of_turn>model\n")
+    turn = tok.apply_chat_template([*msgs, {"role": "assistant", "content": "ok"}], tokenize=False)
+    assert turn.endswith("<start_of_turn>model\nok<end_of_turn>\n")
+
+
+def test_only_lora_adapter_trains(booted):
+    model, _, _ = booted
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    targets = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable}
+    assert targets == set(get_profile("cpu-smoke").lora_targets)
+    counts = s12.count_parameters(model)
+    assert 0 < counts.trainable < counts.total
+    assert type(model.get_base_model()).__name__ == "Gemma3ForCausalLM"
+
+
+def test_cache_is_reused_and_deterministic(booted):
+    model, _, run_dir = booted
+    dirs = [p for p in (run_dir / "tiny_model").iterdir() if not p.name.endswith(".tmp")]
+    assert len(dirs) == 1
+    again, _ = s12.boot_model(get_profile("cpu-smoke"), run_dir)
+    a = model.get_base_model().model.embed_tokens.weight
+    b = again.get_base_model().model.embed_tokens.weight
+    assert a.shape == b.shape and bool((a == b).all())
+    assert len([p for p in (run_dir / "tiny_model").iterdir()]) == 1
+
+
+def test_corpus_walks_fixtures_and_digest_tracks_it(tmp_path):
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "t.yaml").write_text("version: 1\nphrases:\n  ta: [விமானம்]\n", encoding="utf-8")
+    (data / "sub" / "x.json").write_text('{"k": ["ಕ್ಯಾಬ್", 3]}', encoding="utf-8")
+    texts = tiny.corpus_texts(data_dir=data)
+    assert {"விமானம்", "ಕ್ಯಾಬ್", "3", "airline.search", "payment.refund"} <= set(texts)
+    assert all(t in texts for t in tiny.TOOL_NAMES)
+    recipe = get_profile("cpu-smoke").tiny
+    assert tiny.tiny_digest(recipe, texts, 0) != tiny.tiny_digest(recipe, (*texts, "new"), 0)
+
+
+def test_vocab_is_capped_by_recipe():
+    recipe = dataclasses.replace(get_profile("cpu-smoke").tiny, vocab_size=300)
+    tok = tiny.train_tokenizer(tiny.corpus_texts(include_fixtures=False), recipe.vocab_size)
+    assert len(tok) <= 300
+
+
+def test_path_choice(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(s12, "boot_unsloth", lambda p: calls.append("unsloth") or (None, _Tok()))
+    monkeypatch.setattr(s12, "boot_transformers", lambda p: calls.append("hf") or (None, _Tok()))
+    t4 = get_profile("colab-t4")
+    monkeypatch.setattr(s12.importlib.util, "find_spec", lambda name: None)
+    s12.boot_model(t4, tmp_path)
+    monkeypatch.setattr(s12.importlib.util, "find_spec", lambda name: object())
+    s12.boot_model(t4, tmp_path)
+    s12.boot_model(dataclasses.replace(t4, use_unsloth=False), tmp_path)
+    assert calls == ["hf", "unsloth", "hf"]
+
+
+class _Tok:
+    pad_token = None
+    eos_token = "<eos>"
+    padding_side = "right"

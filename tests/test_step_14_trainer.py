@@ -1,0 +1,334 @@
+"""Step 14: the multi-turn GRPO trainer on the REAL trl.GRPOTrainer with a tiny Gemma model on CPU."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+import types
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from toy_env import FixedRewardEnv, ToyEnv, toy_goal
+
+from cells import step_14_trainer as s14
+from cells.agent.rollout import TrajectoryTokens, make_rollout_group_fn, rollout_batch
+from cells.modeling.grpo_batch import BatchError, group_advantages, group_rows, pad_trajectories
+from cells.modeling.tiny import build_or_load_tiny, corpus_texts
+from cells.step_02_profiles import get_profile
+from cells.step_12_model import lora_config
+from cells.step_13_grpo_config import build_grpo_config, reward_fn
+
+LOSS_KEYS = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask", "advantages",
+             "num_items_in_batch"}
+MAX_NEW = 8
+
+
+@pytest.fixture(scope="module")
+def tiny_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("tiny")
+
+
+def fresh_policy(cache, seed=0):
+    """A LoRA-wrapped tiny Gemma (fixed built-in corpus so the test does not drift with fixtures)."""
+    from peft import get_peft_model
+
+    base, tok, _ = build_or_load_tiny(get_profile("cpu-smoke").tiny, cache, seed,
+                                      texts=corpus_texts(include_fixtures=False))
+    return get_peft_model(base, lora_config(get_profile("cpu-smoke"))), tok
+
+
+def make_trainer(cache, tmp_path, env_factory, *, prompts_per_step=1, g=4, beta=0.0, steps=1, lr=1e-2, **kw):
+    model, tok = fresh_policy(cache)
+    prof = dataclasses.replace(get_profile("cpu-smoke"), num_generations=g, prompts_per_step=prompts_per_step)
+    cfg = build_grpo_config(prof, 1, tmp_path / "out", max_steps=steps, beta=beta, learning_rate=lr,
+                            save_strategy="no", disable_tqdm=True)
+    data = s14.EpisodeDatasetAdapter(task_gen=toy_goal, env_factory=env_factory, stage=1, stage_base_seed=10,
+                                     language_weights={"en": 1.0}, tokenizer=tok)
+    cls = s14.make_driftcall_grpo_trainer_cls()
+    trainer = cls(model=model, args=cfg, train_dataset=data, processing_class=tok,
+                  rollout_group_fn=make_rollout_group_fn(max_new_tokens_per_turn=MAX_NEW, max_episode_tokens=200),
+                  env_factory=env_factory, reward_fn_driftcall=reward_fn, **kw)
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop; direct compute_loss calls need it
+    return trainer
+
+
+def first_generation_batch(trainer):
+    return next(iter(trainer.get_train_dataloader()))
+
+
+def lora_state(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+# --- dataset adapter and prompt -------------------------------------------------------------------
+
+
+class RecordingTokenizer:
+    def __init__(self):
+        self.calls = []
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        self.calls.append((messages, tokenize, add_generation_prompt))
+        return "|".join(m["content"] for m in messages)
+
+
+def test_render_initial_prompt_is_exactly_two_messages(tiny_cache):
+    rec = RecordingTokenizer()
+    goal = toy_goal(3)
+    s14.render_initial_prompt(rec, goal)
+    (messages, tokenize, gen), = rec.calls
+    assert messages == [{"role": "system", "content": s14.PINNED_SYSTEM_PROMPT},
+                        {"role": "user", "content": goal.seed_utterance}]
+    assert tokenize is False and gen is True
+    _, tok = fresh_policy(tiny_cache)
+    text = s14.render_initial_prompt(tok, goal)
+    assert text == (f"<bos><start_of_turn>user\n{s14.PINNED_SYSTEM_PROMPT}\n\n{goal.seed_utterance}"
+                    "<end_of_turn>\n<start_of_turn>model\n")
+
+
+def test_dataset_adapter_is_deterministic():
+    calls = []
+
+    def task_gen(seed, stage, language_weights):
+        calls.append(seed)
+        return toy_goal(seed)
+
+    data = s14.EpisodeDatasetAdapter(task_gen=task_gen, env_factory=ToyEnv, stage=2, stage_base_seed=100,
+                                     language_weights={"hi": 2.0}, tokenizer=RecordingTokenizer())
+    rec = data.peek(5)
+    assert rec == data.peek(5) and isinstance(rec, s14.AdapterRecord)
+    assert rec.episode_seed == 105 and rec.stage == 2 and rec.language_weights == {"hi": 2.0}
+    assert data[5]["_meta"]["episode_seed"] == 105 and data[5]["prompt"] == rec.prompt
+    assert len(data) == s14.EpisodeDatasetAdapter.LENGTH
+    stream = iter(data)
+    assert [next(stream)["_meta"]["episode_seed"] for _ in range(3)] == [100, 101, 102]
+    with pytest.raises(IndexError):
+        data[-1]
+    with pytest.raises(s14.TrainerSetupError):
+        s14.EpisodeDatasetAdapter(task_gen=task_gen, env_factory=ToyEnv, stage=4, stage_base_seed=0,
+                                  language_weights={}, tokenizer=None)
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def test_group_advantages_known_values():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5])
+    adv, zero = group_advantages(rewards, 4, "group")
+    std = torch.tensor([1.0, 0.0, 1.0, 0.0]).std().item()  # unbiased, like TRL
+    expected = torch.tensor([0.5, -0.5, 0.5, -0.5]) / (std + 1e-4)
+    assert torch.allclose(adv[:4], expected) and torch.equal(adv[4:], torch.zeros(4))
+    assert zero.tolist() == [False] * 4 + [True] * 4
+    none, _ = group_advantages(rewards, 4, "none")
+    assert torch.allclose(none[:4], torch.tensor([0.5, -0.5, 0.5, -0.5]))
+    with pytest.raises(BatchError):
+        group_advantages(rewards, 4, "bogus")
+
+
+def test_pad_trajectories_layout():
+    a = TrajectoryTokens((5, 6, 7), (1, 2, 3), (1, 0, 1), ((0, 1), (2, 3)), "x")
+    b = TrajectoryTokens((9,), (4,), (1,), ((0, 1),), "y")
+    out = pad_trajectories([a, b], pad_id=0)
+    assert out["prompt_ids"].tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert out["prompt_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert out["completion_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert out["tool_mask"].tolist() == [[1, 0, 1], [1, 0, 0]]
+
+
+def test_group_rows_checks_repeats():
+    rows = [{"step": 0}] * 4 + [{"step": 1}] * 4
+    assert group_rows(rows, 4, lambda r: r["step"]) == [{"step": 0}, {"step": 1}]
+    with pytest.raises(BatchError, match="mix prompts"):
+        group_rows([{"step": 0}] * 3 + [{"step": 1}], 4, lambda r: r["step"])
+    with pytest.raises(BatchError, match="multiple"):
+        group_rows([{"step": 0}] * 3, 4, lambda r: r["step"])
+
+
+# --- adaptive KL callback -------------------------------------------------------------------------
+
+
+def test_callback_rule_clamps_and_log_keys():
+    trainer = types.SimpleNamespace(beta=0.04)
+    args = types.SimpleNamespace(beta=0.04)
+    cb = s14.AdaptiveKLCallback(0.04, kp=2.0, beta_min=0.001, beta_max=1.0, trainer=trainer)
+    logs = {"kl": 0.06}
+    cb.on_log(args, None, "ctl", logs=logs)
+    expected = 0.04 * math.exp(2.0 * (0.06 - 0.04) / 0.04)
+    assert trainer.beta == pytest.approx(expected) and args.beta == pytest.approx(expected)
+    assert logs == {"kl": 0.06, "train/beta_adaptive": pytest.approx(expected), "train/kl_measured": 0.06,
+                    "train/kl_target": 0.04, "train/beta_clamped_to_min": 0, "train/beta_clamped_to_max": 0}
+    cb.on_log(args, None, None, logs={"kl": 0.04})  # on target: unchanged
+    assert trainer.beta == pytest.approx(expected)
+    high = {"kl": 1e9}
+    cb.on_log(args, None, None, logs=high)
+    assert trainer.beta == 1.0 and high["train/beta_clamped_to_max"] == 1
+    low = {"kl": 0.0}
+    for _ in range(10):
+        low = {"kl": 0.0}
+        cb.on_log(args, None, None, logs=low)
+    assert trainer.beta == 0.001 and low["train/beta_clamped_to_min"] == 1
+
+
+@pytest.mark.parametrize("logs", [None, {}, {"kl": float("nan")}, {"kl": float("inf")}, {"kl": "abc"},
+                                  {"kl": None}, {"kl": True}])
+def test_callback_no_op_on_bad_input(logs):
+    trainer = types.SimpleNamespace(beta=0.05)
+    args = types.SimpleNamespace(beta=0.05)
+    before = dict(logs) if logs else logs
+    assert s14.AdaptiveKLCallback(trainer=trainer).on_log(args, None, "ctl", logs=logs) == "ctl"
+    assert trainer.beta == 0.05 and args.beta == 0.05 and logs == before
+
+
+def test_callback_validates_and_ignores_other_events():
+    with pytest.raises(ValueError):
+        s14.AdaptiveKLCallback(0.0)
+    with pytest.raises(ValueError):
+        s14.AdaptiveKLCallback(0.04, beta_min=0.5, beta_max=0.1)
+    cb = s14.AdaptiveKLCallback()
+    assert cb.on_train_begin(None, None, None) is None
+    with pytest.raises(AttributeError):
+        cb.not_an_event  # noqa: B018
+    assert s14.driftcall_grpo_trainer_methods() == ("__init__", "_generate_and_score_completions")
+
+
+# --- the real trainer -----------------------------------------------------------------------------
+
+
+def test_contract_keys_masks_and_finite_loss(tiny_cache, tmp_path):
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=3), beta=0.04)
+    rows = first_generation_batch(trainer)
+    assert [r["step"] for r in rows] == [0, 0, 0, 0]  # RepeatSampler: one prompt, G times in a row
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(rows)
+    assert set(batch) == LOSS_KEYS | {"ref_per_token_logps"}  # beta != 0 -> TRL's loss reads the reference
+    b, c = batch["completion_ids"].shape
+    assert b == 4 and batch["ref_per_token_logps"].shape == (b, c) and batch["advantages"].shape == (b,)
+    assert batch["prompt_mask"][:, -1].all()  # left-padded prompt
+    assert int(batch["num_items_in_batch"]) == int((batch["completion_mask"] * batch["tool_mask"]).sum())
+    loss = trainer.compute_loss(trainer.model, batch)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0
+               for n, p in trainer.model.named_parameters() if "lora_" in n)
+    metrics = trainer._metrics["train"]
+    for key in ("reward/mean", "reward/std", "reward/r_format", "episode/parse_failure_rate", "drift/fired_rate",
+                "groups/zero_std_frac", "reward/lang/hi", "rollout/tokens_per_s"):
+        assert key in metrics, key
+
+
+def test_env_tokens_have_zero_weight_and_every_model_token_has_weight(tiny_cache):
+    model, tok = fresh_policy(tiny_cache)
+    torch.manual_seed(1)
+    res = rollout_batch([ToyEnv(turns=3) for _ in range(3)], [5, 5, 5], model=model, tokenizer=tok,
+                        max_new_tokens_per_turn=MAX_NEW)
+    for traj, transcript in zip(res.trajectories, res.transcripts, strict=True):
+        assert len(traj.turn_spans) == 3
+        ids, mask = traj.completion_ids, traj.assistant_mask
+        model_positions = {i for s, e in traj.turn_spans for i in range(s, e)}
+        assert {i for i, m in enumerate(mask) if m} == model_positions
+        assistant = [m["content"] for m in transcript if m["role"] == "assistant"]
+        for (s, e), text in zip(traj.turn_spans, assistant, strict=True):
+            assert tok.decode(ids[s:e], skip_special_tokens=True) == text  # sampled tokens kept exactly
+        env_text = tok.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+        assert "[user] more numbers please (turn 1)" in env_text and "<start_of_turn>user" in env_text
+        assert traj.text.count("<start_of_turn>model\n") == 2  # one generation prompt per later turn
+    # the trainer's tool_mask is exactly this assistant mask (padding 0)
+    padded = pad_trajectories(res.trajectories, tok.pad_token_id)
+    for row, traj in enumerate(res.trajectories):
+        n = len(traj.completion_ids)
+        assert padded["tool_mask"][row, :n].tolist() == list(traj.assistant_mask)
+        assert padded["tool_mask"][row, n:].sum() == 0
+
+
+def test_advantages_per_group_from_our_rewards(tiny_cache, tmp_path):
+    counter = [0]
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.2, 0.4, 0.6, 0.8]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter), prompts_per_step=2)
+    rows = first_generation_batch(trainer)
+    assert [r["step"] for r in rows] == [0] * 4 + [1] * 4
+    trainer.model.train()
+    adv = trainer._generate_and_score_completions(rows)["advantages"]
+    expected = []
+    for group in (rewards[:4], rewards[4:]):
+        t = torch.tensor(group)
+        expected.extend(((t - t.mean()) / (t.std() + 1e-4)).tolist())
+    assert torch.allclose(adv, torch.tensor(expected), atol=1e-5)
+
+
+def test_step_with_reward_spread_moves_adapter(tiny_cache, tmp_path):
+    counter = [0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv([1.0, 0.0, 0.5, 0.0], counter))
+    before = lora_state(trainer.model)
+    trainer.train()
+    after = lora_state(trainer.model)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def test_step_with_identical_rewards_leaves_adapter_unchanged(tiny_cache, tmp_path):
+    counter = [0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv([0.7], counter))  # beta 0
+    before = lora_state(trainer.model)
+    trainer.train()
+    after = lora_state(trainer.model)
+    assert all(torch.equal(before[n], after[n]) for n in before)
+    assert trainer.state.log_history[0]["frac_reward_zero_std"] == 1.0
+
+
+def test_callback_changes_the_beta_the_loss_uses(tiny_cache, tmp_path):
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), beta=0.04, steps=2,
+                           adaptive_kl_kp=1.0, adaptive_kl_beta_min=1e-4)
+    cb = trainer.adaptive_kl_callback
+    assert cb in trainer.callback_handler.callbacks and cb.trainer is trainer
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "train/beta_adaptive" in h]
+    assert len(logged) == 2
+    beta = 0.04
+    for h in logged:
+        beta = cb._next_beta(beta, h["kl"])[0]
+        assert h["train/beta_adaptive"] == pytest.approx(beta)
+    assert trainer.beta == pytest.approx(beta) and trainer.args.beta == trainer.beta != 0.04
+    # the loss really reads trainer.beta: same batch, different beta -> different loss
+    rows = first_generation_batch(trainer)
+    batch = trainer._generate_and_score_completions(rows)
+    with torch.no_grad():
+        trainer.beta = 0.0
+        base_loss = trainer.compute_loss(trainer.model, batch)
+        trainer.beta = 5.0
+        kl_loss = trainer.compute_loss(trainer.model, batch)
+    assert not torch.equal(base_loss, kl_loss)
+
+
+@pytest.mark.slow
+def test_learning_check_raises_mean_reward(tiny_cache, tmp_path):
+    """GRPO on the toy env: reward = how often the policy writes a target word it rarely writes at first."""
+    model, tok = fresh_policy(tiny_cache)
+    torch.manual_seed(7)
+    probe = rollout_batch([ToyEnv(2) for _ in range(32)], list(range(32)), model=model, tokenizer=tok,
+                          max_new_tokens_per_turn=MAX_NEW)
+    counts = collections.Counter(i for t in probe.trajectories
+                                 for i, m in zip(t.completion_ids, t.assistant_mask, strict=True) if m)
+    words = [tok.decode([i]).strip() for i, _ in counts.most_common()]
+    target = next(w for w in words if w.isalpha() and len(w) >= 3)
+
+    def env_factory():
+        return ToyEnv(2, scorer=lambda text: min(1.0, text.count(target) / 4))
+
+    def mean_reward(policy):
+        torch.manual_seed(123)
+        res = rollout_batch([env_factory() for _ in range(32)], list(range(1000, 1032)), model=policy,
+                            tokenizer=tok, max_new_tokens_per_turn=MAX_NEW)
+        return sum(e.reward for e in res.episodes) / 32
+
+    trainer = make_trainer(tiny_cache, tmp_path, env_factory, g=8, steps=40, lr=1e-2, enable_adaptive_kl=False)
+    before = mean_reward(trainer.model)
+    torch.manual_seed(0)
+    trainer.train()
+    after = mean_reward(trainer.model)
+    print(f"learning check: target={target!r} before={before:.3f} after={after:.3f}")
+    assert after >= before + 0.15, (target, before, after)
