@@ -6,7 +6,9 @@ entry, key and allowed values. A pattern mutates one vendor's feature flags thro
 `step_05_vendors.with_flags` (which bumps that domain's schema version).
 
 Scheduling (fixed principle: drift must bite): a scheduled drift fires immediately before the
-first call of one of its trigger tools at or after a seeded `min_turn` in [2, 4]. Stage 1: none;
+first call of one of its trigger tools at or after a seeded `min_turn` in [2, 4], and at the latest
+before the first booking/order call (a fast agent booking at turn 3 must still meet a min_turn-4
+drift; without this ~1/3 of scheduled stage-2 drifts never fired). Stage 1: none;
 stage 2: one pattern in the goal's domain or payment; stage 3: two of different kinds (the
 second sometimes payment). Patterns whose `requires` predicates fail for the goal are skipped.
 
@@ -270,8 +272,11 @@ def build_schedule(stage: int, seed: int, goal: GoalSpec) -> tuple[ScheduledDrif
 
 def due_drifts(schedule: tuple[ScheduledDrift, ...], fired_ids: frozenset[str], tool_name: str,
                turn: int) -> tuple[ScheduledDrift, ...]:
-    """Drifts that must fire immediately before this call: unfired, turn >= min_turn, tool in trigger."""
-    return tuple(s for s in schedule if s.pattern_id not in fired_ids and turn >= s.min_turn
+    """Drifts that must fire immediately before this call: unfired, tool in trigger, and turn >= min_turn
+    or the call is a booking/order (an agent that books before min_turn must still meet the drift)."""
+    writes = GOAL_WRITE_TOOLS.values()
+    return tuple(s for s in schedule if s.pattern_id not in fired_ids
+                 and (turn >= s.min_turn or tool_name in writes)
                  and tool_name in pattern_by_id(s.pattern_id).trigger)
 
 

@@ -162,6 +162,11 @@ class DriftCallEnv:
     def close(self) -> None:
         self._live = None
 
+    def truncate(self) -> None:
+        """End a running episode as a timeout: the rollout ran out of context before the turn budget."""
+        self._require_running()
+        self._finish(TerminatedBy.TIMEOUT)
+
     # ----------------------------------------------------------------------------- stepping
     def step(self, action: DriftCallAction) -> DriftCallObservation:
         """Take one parsed action."""

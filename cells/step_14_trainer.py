@@ -31,15 +31,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from cells.agent.prompt import (  # PINNED_SYSTEM_PROMPT: seed API re-export
+    PINNED_SYSTEM_PROMPT,
+    initial_messages,
+)
 from cells.step_13_grpo_config import BETA_KL
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
-
-PINNED_SYSTEM_PROMPT: str = (
-    "You are a concierge assistant. Use the provided tools. "
-    "Respond in the caller's language. Submit with calibrated confidence."
-)
 
 LanguageCode = Literal["hi", "ta", "kn", "en", "hinglish"]
 
@@ -87,12 +86,9 @@ class AdapterRecord:
 
 
 def render_initial_prompt(tokenizer: Any, goal: Any) -> str:
-    """Turn-0 prompt: exactly the pinned system prompt + `goal.seed_utterance`, generation prompt on."""
-    messages = [
-        {"role": "system", "content": PINNED_SYSTEM_PROMPT},
-        {"role": "user", "content": str(getattr(goal, "seed_utterance", ""))},
-    ]
-    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    """Turn-0 prompt: exactly two messages, the system prompt (pinned prompt + action format + the tool docs
+    at reset) and `goal.seed_utterance`, with the generation prompt on. Same text the rollout starts from."""
+    return str(tokenizer.apply_chat_template(initial_messages(goal), tokenize=False, add_generation_prompt=True))
 
 
 class EpisodeDatasetAdapter:

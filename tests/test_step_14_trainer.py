@@ -16,6 +16,7 @@ import torch
 from toy_env import FixedRewardEnv, ToyEnv, toy_goal
 
 from cells import step_14_trainer as s14
+from cells.agent.prompt import build_system_prompt
 from cells.agent.rollout import TrajectoryTokens, make_rollout_group_fn, rollout_batch
 from cells.modeling.grpo_batch import BatchError, group_advantages, group_rows, pad_trajectories
 from cells.modeling.tiny import build_or_load_tiny, corpus_texts
@@ -82,13 +83,28 @@ def test_render_initial_prompt_is_exactly_two_messages(tiny_cache):
     goal = toy_goal(3)
     s14.render_initial_prompt(rec, goal)
     (messages, tokenize, gen), = rec.calls
-    assert messages == [{"role": "system", "content": s14.PINNED_SYSTEM_PROMPT},
+    system = build_system_prompt(())  # a toy goal has no vendor tools
+    assert system.startswith(s14.PINNED_SYSTEM_PROMPT)
+    assert messages == [{"role": "system", "content": system},
                         {"role": "user", "content": goal.seed_utterance}]
     assert tokenize is False and gen is True
     _, tok = fresh_policy(tiny_cache)
     text = s14.render_initial_prompt(tok, goal)
-    assert text == (f"<bos><start_of_turn>user\n{s14.PINNED_SYSTEM_PROMPT}\n\n{goal.seed_utterance}"
+    assert text == (f"<bos><start_of_turn>user\n{system}\n\n{goal.seed_utterance}"
                     "<end_of_turn>\n<start_of_turn>model\n")
+
+
+def test_render_initial_prompt_for_a_real_goal_carries_its_tools():
+    from cells.step_07_tasks import generate
+
+    goal = generate(seed=11, stage=2, language_weights={"ta": 1.0})
+    rec = RecordingTokenizer()
+    s14.render_initial_prompt(rec, goal)
+    (messages, _, _), = rec.calls
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[1]["content"] == goal.seed_utterance
+    assert f"- {goal.domain}." in messages[0]["content"] and "payment.get_token" in messages[0]["content"]
+    assert "probe_schema" in messages[0]["content"]  # the action format is in the system prompt
 
 
 def test_dataset_adapter_is_deterministic():

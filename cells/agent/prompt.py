@@ -54,12 +54,19 @@ def tools_for_goal(goal: GoalSpec) -> tuple[ToolDoc, ...]:
     return reset_tool_docs(new_world(goal, goal.seed), goal)
 
 
-def initial_messages(goal: GoalSpec, tools: tuple[ToolDoc, ...] | None = None) -> list[dict[str, str]]:
-    """The two turn-0 messages: system prompt and the user's utterance."""
-    docs = tools if tools is not None else tools_for_goal(goal)
+def system_prompt_for(goal: Any = None, tools: tuple[ToolDoc, ...] | None = None) -> str:
+    """The system prompt for an episode: tool docs from `tools`, else from a real `GoalSpec`, else none
+    (toy environments in tests have no vendors)."""
+    if tools is None:
+        tools = tools_for_goal(goal) if isinstance(goal, GoalSpec) else ()
+    return build_system_prompt(tools)
+
+
+def initial_messages(goal: Any, tools: tuple[ToolDoc, ...] | None = None) -> list[dict[str, str]]:
+    """The two turn-0 messages: system prompt and the user's utterance (the seed's contract)."""
     return [
-        {"role": "system", "content": build_system_prompt(docs)},
-        {"role": "user", "content": goal.seed_utterance},
+        {"role": "system", "content": system_prompt_for(goal, tools)},
+        {"role": "user", "content": str(goal.seed_utterance)},
     ]
 
 

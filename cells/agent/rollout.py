@@ -17,7 +17,6 @@ Env protocol (DriftCallEnv and tests/toy_env.py): `reset(seed) -> obs`, `step_te
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -62,10 +61,11 @@ class RolloutResult:
 
 
 def default_system_prompt(env: Any, obs: Any) -> str:
-    """The pinned concierge prompt (step 14)."""
-    from cells.step_14_trainer import PINNED_SYSTEM_PROMPT
+    """Pinned prompt + action format + the tool docs on the reset observation (`cells.agent.prompt`)."""
+    from cells.agent.prompt import system_prompt_for
 
-    return PINNED_SYSTEM_PROMPT
+    tools = getattr(obs, "available_tools", None)
+    return system_prompt_for(tools=tuple(tools) if tools else ())
 
 
 def default_goal(env: Any, obs: Any) -> Any:
@@ -75,20 +75,13 @@ def default_goal(env: Any, obs: Any) -> Any:
 
 
 def default_render_observation(obs: Any) -> str:
-    """`[tool_result] {...}` / `[user] ...` / `[format_error] ...` lines, compact JSON, ensure_ascii=False."""
-    if getattr(obs, "text", None):
-        return str(obs.text)
-    lines = []
-    if getattr(obs, "parse_error", None):
-        lines.append(f"[format_error] {obs.parse_error}")
-    result = getattr(obs, "last_result", None)
-    if result is not None:
-        payload = result.to_dict() if hasattr(result, "to_dict") else result
-        lines.append("[tool_result] " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
-    message = getattr(obs, "user_message", None)
-    if message is not None:
-        lines.append(f"[user] {getattr(message, 'text', message)}")
-    return "\n".join(lines)
+    """`cells.agent.prompt.render_observation` for DriftCall observations; a toy env's `obs.text` otherwise."""
+    from cells.agent.prompt import render_observation
+    from cells.step_04_models import DriftCallObservation
+
+    if isinstance(obs, DriftCallObservation):
+        return render_observation(obs)
+    return str(getattr(obs, "text", ""))
 
 
 class ChatPieces:
@@ -197,8 +190,8 @@ def rollout_batch(
 ) -> RolloutResult:
     """Run `len(envs)` episodes in lock-step with `policy` or `model` (one of them) until all are done.
 
-    An episode also stops when its completion would exceed `max_episode_tokens` (then `env.episode()`
-    is read as it stands) or after `max_turns` turns.
+    An episode also stops when its completion would exceed `max_episode_tokens` or after `max_turns`
+    turns; envs that support it are then ended with `env.truncate()` (DriftCallEnv: a timeout).
     """
     if (policy is None) == (model is None):
         raise ValueError("pass exactly one of policy= (scripted) or model= (batched generation)")
@@ -232,9 +225,16 @@ def rollout_batch(
         )
     return RolloutResult(
         transcripts=tuple(tuple(r.messages) for r in runs), trajectories=trajectories,
-        episodes=tuple(r.env.episode() for r in runs), generated_tokens=generated,
+        episodes=tuple(_finished_episode(r.env) for r in runs), generated_tokens=generated,
         seconds=time.perf_counter() - t0,
     )
+
+
+def _finished_episode(env: Any) -> Any:
+    """`env.episode()`, first ending the episode (`env.truncate()`) if the token budget stopped it early."""
+    if not getattr(env, "done", True) and callable(getattr(env, "truncate", None)):
+        env.truncate()
+    return env.episode()
 
 
 def _advance(run: _Episode, text: str, new: list[int], budget: int, pieces: ChatPieces | None,
