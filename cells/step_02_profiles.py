@@ -84,7 +84,7 @@ class Profile:
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     # --- generation / rollout (steps 11, 14) ---
-    max_prompt_tokens: int = 1024
+    max_prompt_tokens: int = 1280  # turn-0 prompt incl. tool docs (~900-1,200 tokens); sizes Unsloth's max_seq_length
     max_new_tokens_per_turn: int = 96
     max_episode_tokens: int = 2048
     temperature: float = 1.0
@@ -95,7 +95,9 @@ class Profile:
     gradient_accumulation_steps: int = 1
     learning_rate: float = 5e-6
     max_grad_norm: float = 1.0
-    beta_kl: float = 0.04
+    adaptive_kl: bool = True  # retarget beta from the measured KL each step (step 14's AdaptiveKLCallback)
+    adaptive_kl_target: float = 0.04
+    adaptive_kl_beta_max: float = 1.0
     steps_per_stage: tuple[int, int, int] = (2, 2, 2)
     save_every: int = 1
     # --- warm start (step 15) ---
@@ -164,9 +166,8 @@ PROFILES: dict[str, Profile] = {
         _BASE,
         name="cpu-smoke",
         learning_rate=5e-4,  # tiny randomly initialised models need a far larger step than 5e-6
-        max_prompt_tokens=768,
         max_new_tokens_per_turn=64,  # one JSON action fits in ~40 tokens of the project tokenizer
-        max_episode_tokens=1024,
+        max_episode_tokens=1536,
     ),
     # Proves the pipeline learns: a larger tiny model, more warm start and GRPO steps (~30-60 min).
     "cpu-learn": dataclasses.replace(
@@ -174,7 +175,6 @@ PROFILES: dict[str, Profile] = {
         name="cpu-learn",
         tiny=TinyModelRecipe(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4),
         learning_rate=3e-4,  # still a from-scratch tiny model; 5e-6 would not move it
-        max_prompt_tokens=768,
         max_new_tokens_per_turn=64,
         max_episode_tokens=1536,
         steps_per_stage=(30, 30, 30),

@@ -8,7 +8,7 @@
    with a `driftcall_meta.json` sidecar under `training/stage1/`, a row per step in
    `training/metrics.csv`. An interrupted stage resumes from its latest checkpoint on rerun.
 
-Reads `ctx.profile`, `ctx.model` (peft model), `ctx.tokenizer`, `ctx.env_factory`.
+Reads `ctx.profile`, `ctx.model` (peft model), `ctx.tokenizer`.
 Writes `ctx.trainer_state["warm_start"|"stage1"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
@@ -43,9 +43,10 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
     Contract the stage runner relies on: `output_dir` is the trainer's output_dir, `callbacks` are
     passed through, `max_steps` is the curriculum total, checkpoints are saved by steps.
     """
+    from cells.agent.rollout import rollout_group_fn_for_profile
     from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_07_tasks import generate_goal  # ASSUMED name: the lead wires the real one
-    from cells.step_11_agent import make_rollout_group_fn  # ASSUMED name
+    from cells.step_07_tasks import generate
+    from cells.step_10_env import make_env_factory
     from cells.step_13_grpo_config import build_grpo_config, reward_fn
     from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
     from cells.training.stages import curriculum_max_steps
@@ -55,10 +56,12 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         max_steps=curriculum_max_steps(ctx),  # one cosine curve over all stages
         save_strategy="steps", save_steps=ctx.profile.save_every,
     )
+    languages = ctx.profile.languages_for_stage(stage)
+    env_factory = make_env_factory(stage, languages)
     dataset = EpisodeDatasetAdapter(
-        task_gen=generate_goal, env_factory=ctx.env_factory, stage=stage,
+        task_gen=generate, env_factory=env_factory, stage=stage,
         stage_base_seed=TRAIN_SEEDS.seed((stage - 1) * 100_000_000),  # disjoint seed block per stage
-        language_weights=ctx.profile.languages_for_stage(stage), tokenizer=ctx.tokenizer,
+        language_weights=languages, tokenizer=ctx.tokenizer,
     )
     trainer_cls = make_driftcall_grpo_trainer_cls()
     return trainer_cls(
@@ -66,10 +69,12 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         processing_class=ctx.tokenizer,
         args=config,
         train_dataset=dataset,
-        rollout_group_fn=make_rollout_group_fn(ctx.profile, ctx.tokenizer),
-        env_factory=ctx.env_factory,
+        rollout_group_fn=rollout_group_fn_for_profile(ctx.profile),
+        env_factory=env_factory,
         reward_fn_driftcall=reward_fn,
-        enable_adaptive_kl=True,
+        enable_adaptive_kl=ctx.profile.adaptive_kl,
+        adaptive_kl_target=ctx.profile.adaptive_kl_target,
+        adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
         callbacks=callbacks,
     )
 
