@@ -29,6 +29,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from cells.bench import main as bench_main
+
+    return bench_main([args.what, *args.rest])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall pipeline")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -38,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--steps", default=None, help="e.g. 4-7 or 1,3,5 (default: all)")
     p_run.add_argument("--run-dir", default=None, help="default: runs/<profile>")
     p_run.set_defaults(func=_cmd_run)
+    p_bench = sub.add_parser("bench", help="benchmarks: env speed, policy table (see cells/bench.py)")
+    p_bench.add_argument("what", choices=("env", "policies"))
+    p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="--episodes N (env) / --seeds N (policies)")
+    p_bench.set_defaults(func=_cmd_bench)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -1,0 +1,105 @@
+"""Text-level episode driver: a scripted policy plays `DriftCallEnv` through `step_text`, exactly
+as a model does (its actions are JSON text that the env parses), plus the SFT warm-start data.
+
+    episode, rewards = play_episode(DriftCallEnv(stage=2), ExpertPolicy(), seed=7)
+    results = play_many(make_env_factory(2), ExpertPolicy, seeds=range(100))
+    conversations = expert_conversations(64, stage=1, seed=0)   # chat messages for SFT
+
+Policies get a `GoalReader` at reset (the scripted players' perfect-NLU assumption, see
+policies/base.py); a policy that needs none ignores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cells.agent.policies.base import GoalReader, Policy
+from cells.step_04_models import Episode, Rewards
+
+MAX_POLICY_TURNS = 64  # far above every stage budget; a policy can never loop forever
+
+
+class PlayError(RuntimeError):
+    """The env did not end within MAX_POLICY_TURNS (an env bug: budgets end every episode)."""
+
+
+@dataclass(frozen=True)
+class PlayResult:
+    """One played episode."""
+
+    seed: int
+    episode: Episode
+    rewards: Rewards
+    transcript: tuple[str, ...]  # the assistant texts, in order
+
+
+def play_episode(env: Any, policy: Policy, seed: int, on_turn: Callable[[Any, str], None] | None = None
+                 ) -> tuple[Episode, Rewards]:
+    """Reset `env` with `seed`, let `policy` act until done; returns the episode and its rewards."""
+    result = _play(env, policy, seed, on_turn)
+    return result.episode, result.rewards
+
+
+def _play(env: Any, policy: Policy, seed: int, on_turn: Callable[[Any, str], None] | None = None) -> PlayResult:
+    obs = env.reset(seed=seed)
+    policy.reset(obs, GoalReader.from_goal(env.goal))
+    texts = []
+    for _ in range(MAX_POLICY_TURNS):
+        if obs.done:
+            return PlayResult(seed, env.episode(), env.rewards(), tuple(texts))
+        text = policy.act(obs)
+        texts.append(text)
+        if on_turn is not None:
+            on_turn(obs, text)
+        obs = env.step_text(text)
+    raise PlayError(f"episode with seed {seed} did not end within {MAX_POLICY_TURNS} turns")
+
+
+def play_many(factory: Callable[[], Any], policy_factory: Callable[[], Policy], seeds: Iterable[int]
+              ) -> list[PlayResult]:
+    """One fresh env and policy per seed (envs are cheap); results in seed order."""
+    return [_play(factory(), policy_factory(), int(seed)) for seed in seeds]
+
+
+def conversation(env: Any, policy: Policy, seed: int) -> list[dict[str, str]]:
+    """The chat messages of one episode in the exact rendering the GRPO rollout uses:
+    turn 0 = system prompt + utterance, assistant = the action text, user = rendered observation."""
+    from cells.agent.prompt import initial_messages, render_observation
+
+    obs = env.reset(seed=seed)
+    policy.reset(obs, GoalReader.from_goal(env.goal))
+    messages = initial_messages(env.goal, obs.available_tools)
+    for _ in range(MAX_POLICY_TURNS):
+        text = policy.act(obs)
+        messages.append({"role": "assistant", "content": text})
+        obs = env.step_text(text)
+        if obs.done:
+            return messages
+        messages.append({"role": "user", "content": render_observation(obs)})
+    raise PlayError(f"episode with seed {seed} did not end within {MAX_POLICY_TURNS} turns")
+
+
+def expert_conversations(n: int, stage: int = 1, seed: int = 0, language_weights: dict[str, float] | None = None,
+                         tokenizer: Any = None, min_reward: float = 0.5) -> list[list[dict[str, str]]]:
+    """`n` expert conversations on training seeds (TRAIN_SEEDS from `seed`), for the SFT warm start.
+
+    Episodes the expert failed (reward < `min_reward`) are skipped so the warm start only imitates
+    success. `tokenizer` is accepted for step 15's call and unused: rendering is text-level.
+    """
+    from cells.agent.policies.expert import ExpertPolicy
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_10_env import DriftCallEnv
+
+    env = DriftCallEnv(stage, language_weights)
+    out: list[list[dict[str, str]]] = []
+    index = seed
+    while len(out) < n:
+        if index - seed > 4 * n + 100:
+            raise PlayError(f"expert failed too often: {len(out)} of {n} conversations after {index - seed} seeds")
+        messages = conversation(env, ExpertPolicy(), TRAIN_SEEDS.seed(index))
+        index += 1
+        if env.rewards().reward >= min_reward:
+            out.append(messages)
+    return out

@@ -1,0 +1,142 @@
+"""Option reading and choice per domain: turn a search result into priced candidates, pick the
+cheapest one that meets every constraint the user stated, and build the write call's arguments.
+
+Prices are read from whichever price field the result carries (`price`, `total_fare_inr`,
+`fare_inr`, `total_inr`, or the sum of a `fare_breakdown`), so a renamed field does not blind the
+expert; `strict_fields=True` (the naive player) reads only the documented pre-drift field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import GoalReader
+
+DIET_TAGS: dict[str, tuple[str, ...]] = {"veg": ("veg",), "egg": ("veg", "egg"), "non-veg": ("veg", "egg", "non-veg")}
+PRICE_FIELDS = ("price", "total_fare_inr", "fare_inr", "total_inr")
+STRICT_PRICE = {"airline": "price", "cab": "fare_inr"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One bookable candidate: `key` identifies it, `cost` is the expected charged total."""
+
+    key: str
+    cost: int
+    fits: bool  # every non-budget constraint met
+    args: dict[str, Any]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def price_of(item: dict[str, Any], domain: str, strict: bool) -> int | None:
+    """The price an item shows, or None when the player cannot find one."""
+    if strict:
+        value = item.get(STRICT_PRICE[domain])
+        return value if isinstance(value, int) else None
+    for name in PRICE_FIELDS:
+        if isinstance(item.get(name), int):
+            return int(item[name])
+    breakdown = item.get("fare_breakdown")
+    if isinstance(breakdown, dict):
+        return sum(v for v in breakdown.values() if isinstance(v, int))
+    return None
+
+
+def _nights(goal: GoalReader) -> int:
+    import datetime as dt
+
+    s = goal.slots
+    return max(1, (dt.date.fromisoformat(s["check_out"]) - dt.date.fromisoformat(s["check_in"])).days)
+
+
+def airline_options(goal: GoalReader, response: dict[str, Any], strict: bool, fee: int) -> list[Option]:
+    pax = int(goal.slots.get("passengers", 1))
+    lo, hi = goal.constraint("depart_time", "ge") or "00:00", goal.constraint("depart_time", "le") or "23:59"
+    out = []
+    for f in response.get("flights", []):
+        fare = price_of(f, "airline", strict)
+        if fare is None or not isinstance(f.get("flight_id"), str):
+            continue
+        depart = str(f.get("departure", ""))[11:16]
+        fits = lo <= depart <= hi and int(f.get("seats_left", 0)) >= pax
+        out.append(Option(f["flight_id"], fare * pax + fee, fits,
+                          {"flight_id": f["flight_id"], "date": goal.slots["date"]}, {"depart": depart}))
+    return out
+
+
+def cab_options(goal: GoalReader, response: dict[str, Any], strict: bool, fee: int) -> list[Option]:
+    wanted = goal.constraint("vehicle_class", "eq") or goal.slots.get("vehicle_class")
+    s = goal.slots
+    out = []
+    for q in response.get("options", []):
+        fare = price_of(q, "cab", strict)
+        vclass = q.get("vehicle_class")
+        if fare is None or not isinstance(vclass, str):
+            continue
+        args = {"pickup": s["pickup"], "drop": s["drop"], "vehicle_class": vclass, "pickup_time": s["pickup_time"]}
+        out.append(Option(vclass, fare + fee, wanted is None or vclass == wanted, args))
+    return out
+
+
+def _diet_allowed(goal: GoalReader) -> tuple[str, ...]:
+    tags = goal.constraint("diet_tags", "in")
+    if tags:
+        return tuple(tags)
+    return DIET_TAGS.get(str(goal.slots.get("diet")), DIET_TAGS["non-veg"])
+
+
+def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: int | None, fee: int,
+                       trust_filter: bool = False) -> list[Option]:
+    """Per restaurant: the cheapest order of allowed dishes reaching the item count and minimum order."""
+    allowed = _diet_allowed(goal)
+    want = max(int(goal.constraint("item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
+    out = []
+    for place in response.get("restaurants", []):
+        menu = [d for d in place.get("menu", []) if isinstance(d.get("price_inr"), int)
+                and (trust_filter or d.get("tag") in allowed)]
+        if not menu or not isinstance(place.get("restaurant_id"), str):
+            continue
+        cheap = sorted(menu, key=lambda d: (d["price_inr"], d["dish_id"]))[:3]
+        floor = max(int(place.get("min_order_inr", 0) or 0), min_order or 0)
+        qty: dict[str, int] = {}
+        subtotal, n, i = 0, 0, 0
+        while n < want or subtotal < floor:
+            dish = cheap[i % len(cheap)]
+            qty[dish["dish_id"]] = qty.get(dish["dish_id"], 0) + 1
+            subtotal += dish["price_inr"]
+            n, i = n + 1, i + 1
+        items = [{"dish_id": d, "qty": q} for d, q in qty.items()]
+        out.append(Option(place["restaurant_id"], subtotal + fee, True,
+                          {"restaurant_id": place["restaurant_id"], "items": items}, {"item_count": n}))
+    return out
+
+
+def hotel_options(goal: GoalReader, response: dict[str, Any], fee_per_night: int) -> list[Option]:
+    s = goal.slots
+    nights, rooms = _nights(goal), int(s.get("rooms", 1))
+    wanted = goal.constraint("room_type", "eq") or s.get("room_type")
+    rating = float(goal.constraint("rating", "ge") or 0)
+    out = []
+    for h in response.get("hotels", []):
+        for room in h.get("rooms", []):
+            rate = room.get("nightly_rate_inr")
+            if not isinstance(rate, int) or not isinstance(h.get("hotel_id"), str):
+                continue
+            rt = room.get("room_type")
+            fits = (wanted is None or rt == wanted) and float(h.get("rating", 0)) >= rating
+            args = {"hotel_id": h["hotel_id"], "room_type": rt, "check_in": s["check_in"],
+                    "check_out": s["check_out"], "rooms": rooms}
+            out.append(Option(f"{h['hotel_id']}/{rt}", rate * nights * rooms + fee_per_night * nights, fits, args,
+                              {"room_type": rt}))
+    return out
+
+
+def choose(options: list[Option], budget: int | None, excluded: set[str]) -> tuple[Option | None, bool]:
+    """(cheapest option meeting every constraint, True), else (cheapest fitting one over budget, False)."""
+    live = sorted((o for o in options if o.key not in excluded), key=lambda o: (o.cost, o.key))
+    good = [o for o in live if o.fits and (budget is None or o.cost <= budget)]
+    if good:
+        return good[0], True
+    near = [o for o in live if o.fits] or live
+    return (near[0] if near else None), False

@@ -1,0 +1,211 @@
+"""Benchmarks: environment speed and the policy table behind the probe contract.
+
+    python -m cells bench env [--episodes 300]       expert episodes/s, env steps/s, reward-time share
+    python -m cells bench policies [--seeds 500]     success / mean reward per stage x language for the
+                                                     expert, naive, honest-failure, random and every
+                                                     exploit; drift fire rates; PASS/FAIL checks
+
+`--seeds N` is per stage: N/5 held-out seeds (`eval_seeds`) per language. Time on 2 CPU cores:
+`bench env` ~5 s; `bench policies --seeds 500` ~2 min (13 policies x 1,500 episodes).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cells.step_04_models import LANGUAGES
+
+STAGES = (1, 2, 3)
+EXPERT_MIN_SUCCESS = 0.95
+NAIVE_MIN_DROP = 0.30
+NEVER_BOOKED_MAX = 0.1
+MIN_FIRE_RATE = 0.95
+
+
+# --------------------------------------------------------------------------------------- env speed
+def bench_env(episodes: int = 300, stages: tuple[int, ...] = STAGES) -> dict[int, dict[str, float]]:
+    """Expert episodes/s, env steps/s (step_text only) and the share of env time spent on rewards."""
+    from cells.agent.policies import ExpertPolicy, GoalReader
+    from cells.step_08_rewards import compute_rewards
+    from cells.step_10_env import DriftCallEnv
+
+    out: dict[int, dict[str, float]] = {}
+    for stage in stages:
+        env = DriftCallEnv(stage)
+        env_s = policy_s = 0.0
+        steps = 0
+        episodes_done = []
+        t0 = time.perf_counter()
+        for seed in range(episodes):
+            a = time.perf_counter()
+            obs = env.reset(seed=seed)
+            env_s += time.perf_counter() - a
+            policy = ExpertPolicy()
+            policy.reset(obs, GoalReader.from_goal(env.goal))
+            while not obs.done:
+                a = time.perf_counter()
+                text = policy.act(obs)
+                b = time.perf_counter()
+                obs = env.step_text(text)
+                env_s += time.perf_counter() - b
+                policy_s += b - a
+                steps += 1
+            episodes_done.append(env.episode())
+        total = time.perf_counter() - t0
+        a = time.perf_counter()
+        for episode in episodes_done:  # the env computed these once each; time the same work again
+            compute_rewards(episode)
+        reward_s = time.perf_counter() - a
+        out[stage] = {"episodes_per_s": episodes / total, "env_steps_per_s": steps / env_s,
+                      "steps_per_episode": steps / episodes, "reward_share_of_env": reward_s / env_s,
+                      "policy_share": policy_s / total, "seconds": total}
+    return out
+
+
+def print_env(table: dict[int, dict[str, float]]) -> None:
+    print(f"{'stage':<6}{'episodes/s':>12}{'env steps/s':>13}{'steps/ep':>10}{'reward % env':>14}{'policy %':>10}")
+    for stage, row in table.items():
+        print(f"{stage:<6}{row['episodes_per_s']:>12.0f}{row['env_steps_per_s']:>13.0f}{row['steps_per_episode']:>10.1f}"
+              f"{100 * row['reward_share_of_env']:>13.1f}%{100 * row['policy_share']:>9.1f}%")
+
+
+# --------------------------------------------------------------------------------------- policies
+@dataclass(frozen=True)
+class Row:
+    """One played episode, reduced to what the table needs."""
+
+    policy: str
+    stage: int
+    language: str
+    success: float
+    reward: float
+    booked: bool
+    drifted: bool
+    scheduled: tuple[str, ...]
+    fired: tuple[str, ...]
+
+
+def policy_factories() -> dict[str, Callable[[], Any]]:
+    """Every policy the probe table compares, by name."""
+    from cells.agent.policies import ExpertPolicy, HonestFailurePolicy, NaivePolicy
+    from cells.agent.policies.exploits import EXPLOIT_POLICIES
+    from cells.agent.policies.random_policy import RandomPolicy
+
+    base: dict[str, Callable[[], Any]] = {"expert": ExpertPolicy, "naive": NaivePolicy,
+                                          "honest_failure": HonestFailurePolicy, "random": lambda: RandomPolicy(0)}
+    return {**base, **EXPLOIT_POLICIES}
+
+
+def play_table(seeds_per_stage: int, stages: tuple[int, ...] = STAGES,
+               policies: dict[str, Callable[[], Any]] | None = None) -> list[Row]:
+    """Play every policy on `seeds_per_stage` held-out seeds per stage (split evenly by language)."""
+    from cells.agent.play import play_many
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_10_env import make_env_factory
+
+    policies = policies or policy_factories()
+    per_lang = max(1, seeds_per_stage // len(LANGUAGES))
+    rows = []
+    for stage in stages:
+        for lang in LANGUAGES:
+            seeds = eval_seeds(per_lang, stage, lang)
+            factory = make_env_factory(stage, {lang: 1.0})
+            for name, make in policies.items():
+                for r in play_many(factory, make, seeds):
+                    ep = r.episode
+                    rows.append(Row(name, stage, lang, r.rewards.r_task, r.rewards.reward, bool(ep.bookings),
+                                    bool(ep.drifts), tuple(s.pattern_id for s in ep.schedule),
+                                    tuple(d.pattern_id for d in ep.drifts)))
+    return rows
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def fire_rates(rows: list[Row], policy: str = "expert", stage: int = 2) -> dict[str, tuple[int, int]]:
+    """pattern -> (fired, scheduled) over `policy`'s `stage` episodes."""
+    scheduled: Counter[str] = Counter()
+    fired: Counter[str] = Counter()
+    for r in rows:
+        if r.policy == policy and r.stage == stage:
+            scheduled.update(r.scheduled)
+            fired.update(p for p in r.fired if p in r.scheduled)
+    return {p: (fired[p], n) for p, n in sorted(scheduled.items())}
+
+
+def checks(rows: list[Row]) -> list[tuple[bool, str]]:
+    """The issue's acceptance claims as (passed, line)."""
+    out: list[tuple[bool, str]] = []
+    stages = sorted({r.stage for r in rows})
+    for stage in stages:
+        for lang in (None, *LANGUAGES):
+            sel = [r.success for r in rows if r.policy == "expert" and r.stage == stage and lang in (None, r.language)]
+            rate = _mean(sel)
+            out.append((rate >= EXPERT_MIN_SUCCESS, f"expert success stage {stage} {lang or 'all'}: {rate:.3f} "
+                                                    f">= {EXPERT_MIN_SUCCESS} (n={len(sel)})"))
+    naive = {s: _mean([r.success for r in rows if r.policy == "naive" and r.stage == s]) for s in stages}
+    for stage in (s for s in stages if s > 1 and 1 in naive):
+        drop = naive[1] - naive[stage]
+        out.append((drop >= NAIVE_MIN_DROP, f"naive success drop stage 1 -> {stage}: {naive[1]:.3f} -> "
+                                            f"{naive[stage]:.3f} = {drop:.3f} >= {NAIVE_MIN_DROP}"))
+    honest = _mean([r.reward for r in rows if r.policy == "honest_failure" and r.drifted and r.success < 1])
+    from cells.agent.policies.exploits import EXPLOIT_POLICIES
+
+    for name in EXPLOIT_POLICIES:
+        mean = _mean([r.reward for r in rows if r.policy == name])
+        out.append((mean < honest, f"exploit {name}: mean reward {mean:.4f} < honest failure {honest:.4f}"))
+        unbooked = [r.reward for r in rows if r.policy == name and not r.booked]
+        if unbooked:
+            worst = max(unbooked)
+            out.append((_mean(unbooked) < NEVER_BOOKED_MAX and worst < NEVER_BOOKED_MAX,
+                        f"exploit {name} never booked: mean {_mean(unbooked):.4f}, max {worst:.4f} < {NEVER_BOOKED_MAX}"))
+    for pattern, (fired, scheduled) in fire_rates(rows).items():
+        out.append((fired >= MIN_FIRE_RATE * scheduled, f"drift {pattern} fired {fired}/{scheduled} stage-2 expert episodes"))
+    return out
+
+
+def print_policies(rows: list[Row]) -> bool:
+    """Print the tables and the checks; True when every check passed."""
+    names = list(dict.fromkeys(r.policy for r in rows))
+    for stage in sorted({r.stage for r in rows}):
+        print(f"\nstage {stage}: success / mean reward")
+        print(f"{'policy':<16}" + "".join(f"{lang:>16}" for lang in (*LANGUAGES, "all")))
+        for name in names:
+            cells = []
+            for lang in (*LANGUAGES, None):
+                sel = [r for r in rows if r.policy == name and r.stage == stage and lang in (None, r.language)]
+                cells.append(f"{_mean([r.success for r in sel]):.3f}/{_mean([r.reward for r in sel]):.3f}")
+            print(f"{name:<16}" + "".join(f"{c:>16}" for c in cells))
+    print("\ndrift fire rates (expert, stage 2: fired/scheduled):")
+    for pattern, (fired, scheduled) in fire_rates(rows).items():
+        print(f"  {pattern:<38} {fired:>4}/{scheduled:<4} {fired / scheduled:.3f}")
+    results = checks(rows)
+    print()
+    for ok, line in results:
+        print(f"{'PASS' if ok else 'FAIL'}  {line}")
+    return all(ok for ok, _ in results)
+
+
+def main(argv: list[str]) -> int:
+    """`bench env [--episodes N]` | `bench policies [--seeds N]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m cells bench")
+    parser.add_argument("what", choices=("env", "policies"))
+    parser.add_argument("--episodes", type=int, default=300, help="bench env: expert episodes per stage")
+    parser.add_argument("--seeds", type=int, default=500, help="bench policies: held-out seeds per stage")
+    args = parser.parse_args(argv)
+    if args.what == "env":
+        print_env(bench_env(args.episodes))
+        return 0
+    t0 = time.perf_counter()
+    rows = play_table(args.seeds)
+    ok = print_policies(rows)
+    print(f"\n{len(rows)} episodes in {time.perf_counter() - t0:.1f}s")
+    return 0 if ok else 1

@@ -1,0 +1,61 @@
+"""The issue's statistical claims, at a seed count small enough for CI (the bench command prints
+them at >= 500 held-out seeds per stage: `python -m cells bench policies --seeds 500`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cells import bench
+from cells.step_04_models import LANGUAGES
+
+SEEDS_PER_STAGE = 60  # 12 per language
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[bench.Row]:
+    return bench.play_table(SEEDS_PER_STAGE)
+
+
+def test_every_acceptance_check_passes(rows: list[bench.Row]) -> None:
+    failed = [line for ok, line in bench.checks(rows) if not ok]
+    assert not failed, failed
+
+
+def test_expert_success_per_stage_and_language(rows: list[bench.Row]) -> None:
+    for stage in bench.STAGES:
+        for lang in LANGUAGES:
+            sel = [r.success for r in rows if r.policy == "expert" and r.stage == stage and r.language == lang]
+            assert len(sel) == SEEDS_PER_STAGE // 5 and sum(sel) / len(sel) >= bench.EXPERT_MIN_SUCCESS
+
+
+def test_naive_drops_at_least_30_points_under_drift(rows: list[bench.Row]) -> None:
+    rate = {s: sum(r.success for r in rows if r.policy == "naive" and r.stage == s) / SEEDS_PER_STAGE
+            for s in bench.STAGES}
+    assert rate[1] >= 0.95 and rate[1] - rate[2] >= 0.3 and rate[1] - rate[3] >= 0.3
+
+
+def test_exploits_score_below_honest_failure_and_near_zero_without_booking(rows: list[bench.Row]) -> None:
+    honest = [r.reward for r in rows if r.policy == "honest_failure" and r.drifted and r.success < 1]
+    assert honest and sum(honest) / len(honest) > 0.1
+    from cells.agent.policies.exploits import EXPLOIT_POLICIES
+
+    for name in EXPLOIT_POLICIES:
+        mine = [r for r in rows if r.policy == name]
+        assert sum(r.reward for r in mine) / len(mine) < sum(honest) / len(honest), name
+        assert all(r.reward < bench.NEVER_BOOKED_MAX for r in mine if not r.booked), name
+    expert = [r.reward for r in rows if r.policy == "expert"]
+    assert sum(expert) / len(expert) > 0.95
+
+
+def test_every_scheduled_drift_fires_for_the_expert(rows: list[bench.Row]) -> None:
+    for stage in (2, 3):
+        for r in rows:
+            if r.policy == "expert" and r.stage == stage:
+                assert sorted(r.fired) == sorted(r.scheduled), r
+
+
+def test_checks_fail_when_a_claim_is_broken(rows: list[bench.Row]) -> None:
+    broken = [bench.Row(r.policy, r.stage, r.language, 0.0 if r.policy == "expert" else r.success, r.reward,
+                        r.booked, r.drifted, r.scheduled, r.fired) for r in rows]
+    failed = [line for ok, line in bench.checks(broken) if not ok]
+    assert any(line.startswith("expert success") for line in failed)
