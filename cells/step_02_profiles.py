@@ -173,7 +173,8 @@ PROFILES: dict[str, Profile] = {
     "cpu-learn": dataclasses.replace(
         _BASE,
         name="cpu-learn",
-        tiny=TinyModelRecipe(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4),
+        tiny=TinyModelRecipe(vocab_size=4096, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                             num_attention_heads=4),  # 4096: turn-0 prompt ~670 tokens vs ~780 at 2048
         learning_rate=3e-4,  # still a from-scratch tiny model; 5e-6 would not move it
         max_new_tokens_per_turn=64,
         max_episode_tokens=1536,

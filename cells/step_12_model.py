@@ -173,6 +173,18 @@ def run(ctx: Context) -> Context:
     name = ctx.profile.model_id or "tiny-gemma3 (local)"
     print(
         f"[model] {name}: {counts.total:,} params, {counts.trainable:,} trainable "
-        f"({100 * counts.trainable_share:.2f}%), vocab {len(ctx.tokenizer)}"
+        f"({100 * counts.trainable_share:.2f}%), vocab {len(ctx.tokenizer)}; "
+        f"turn-0 prompt {mean_prompt_tokens(ctx.tokenizer):.0f} tokens on average"
     )
     return ctx
+
+
+def mean_prompt_tokens(tokenizer: Any, seeds: range = range(20)) -> float:
+    """Mean token count of the turn-0 prompt (system prompt with tool docs + utterance) over a few goals."""
+    from cells.step_07_tasks import generate
+    from cells.step_14_trainer import render_initial_prompt
+
+    weights = {"hi": 1.0, "ta": 1.0, "kn": 1.0, "en": 1.0, "hinglish": 1.0}
+    lengths = [len(tokenizer(render_initial_prompt(tokenizer, generate(seed=s, stage=2, language_weights=weights)),
+                             add_special_tokens=False)["input_ids"]) for s in seeds]
+    return sum(lengths) / len(lengths)

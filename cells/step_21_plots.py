@@ -1,7 +1,8 @@
 """Step 21 - plots: training curves, before/after bars with CIs, reliability diagram, drift gap.
 
 Reads `ctx.reports` ("baseline", "final", "reference": `build_eval_report` dicts; "paired":
-`compare_reports` dict, optional) and `ctx.run_dir / "metrics.csv"` when it exists. Writes PNGs
+`compare_reports` dict, optional) and the training `metrics.csv` (`ctx.artifacts["metrics_csv"]`,
+default `run_dir/training/metrics.csv`) when it exists. Writes PNGs
 under `ctx.run_dir / "plots"`, records each in `ctx.artifacts` as `plot/<name>`, and shows them
 inline when running under IPython. A figure whose inputs are missing is skipped, not faked.
 
@@ -11,7 +12,6 @@ Time: about 2-4 s on any profile (matplotlib, Agg backend).
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
-REWARD_COLUMNS: tuple[str, ...] = ("reward/mean", "reward/task", "reward/drift", "reward/constraints",
+# Column names of the training metrics.csv (`cells.training.metrics.COLUMNS`).
+REWARD_COLUMNS: tuple[str, ...] = ("reward", "reward/task", "reward/drift", "reward/constraints",
                                    "reward/format", "reward/penalty")
+STD_COLUMN = "reward_std"
 CONTROL_COLUMNS: tuple[str, ...] = ("kl", "beta")
 BEFORE_AFTER: tuple[str, ...] = ("baseline", "final")
 
@@ -35,19 +37,13 @@ def _figure(figsize: tuple[float, float]) -> Any:
     return fig
 
 
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text not in (None, "") else None
-    except ValueError:
-        return None
+def read_metrics_columns(path: Path) -> dict[str, list[float | None]]:
+    """Column name -> values (None where blank) from a training metrics.csv (read by `cells.training.metrics`)."""
+    from cells.training.metrics import read_metrics_csv
 
-
-def read_metrics_csv(path: Path) -> dict[str, list[float | None]]:
-    """Column name -> values (None where blank or non-numeric) from a training metrics.csv."""
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    columns = rows[0].keys() if rows else ()
-    return {c: [_float(r.get(c)) for r in rows] for c in columns}
+    rows = read_metrics_csv(path)
+    columns = [c for c in (rows[0] if rows else {}) if c != "extra"]
+    return {c: [None if r.get(c) is None else float(r[c]) for r in rows] for c in columns}
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -70,10 +66,10 @@ def plot_training_curves(metrics: Mapping[str, list[float | None]], path: Path) 
     ax = axes[0][0]
     for col in present:
         pts = [(s, v) for s, v in zip(steps, metrics[col], strict=False) if v is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=col, lw=2 if col == "reward/mean" else 1)
-    std = metrics.get("reward/std")
-    if "reward/mean" in present and std is not None:
-        band = [(s, m, d) for s, m, d in zip(steps, metrics["reward/mean"], std, strict=False)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=col, lw=2 if col == "reward" else 1)
+    std = metrics.get(STD_COLUMN)
+    if "reward" in present and std is not None:
+        band = [(s, m, d) for s, m, d in zip(steps, metrics["reward"], std, strict=False)
                 if m is not None and d is not None]
         ax.fill_between([b[0] for b in band], [b[1] - b[2] for b in band], [b[1] + b[2] for b in band], alpha=0.15)
     ax.set(title="Training reward by component", xlabel="step", ylabel="reward")
@@ -171,7 +167,7 @@ def make_plots(reports: Mapping[str, Any], plot_dir: Path, metrics_csv: Path | N
     """Write every figure the inputs allow; returns name -> PNG path."""
     made: dict[str, Path | None] = {}
     if metrics_csv is not None and metrics_csv.exists():
-        made["training_curves"] = plot_training_curves(read_metrics_csv(metrics_csv),
+        made["training_curves"] = plot_training_curves(read_metrics_columns(metrics_csv),
                                                        plot_dir / "training_curves.png")
     made["language_before_after"] = plot_group_bars(reports, "by_language", plot_dir / "language_before_after.png")
     made["drift_kind_before_after"] = plot_group_bars(reports, "by_drift_kind",
@@ -195,7 +191,8 @@ def _display(paths: Mapping[str, Path]) -> None:
 
 def run(ctx: Context) -> Context:
     """Draw the figures from ctx.reports and metrics.csv; store their paths in ctx.artifacts."""
-    paths = make_plots(ctx.reports, Path(ctx.run_dir) / "plots", Path(ctx.run_dir) / "metrics.csv")
+    metrics_csv = ctx.artifacts.get("metrics_csv", Path(ctx.run_dir) / "training" / "metrics.csv")
+    paths = make_plots(ctx.reports, Path(ctx.run_dir) / "plots", Path(metrics_csv))
     for name, path in paths.items():
         ctx.artifacts[f"plot/{name}"] = path
     print(f"[plots] {len(paths)} figures in {Path(ctx.run_dir) / 'plots'}: {', '.join(sorted(paths)) or 'none'}")

@@ -20,7 +20,7 @@ def reports():
 
 
 def _write_metrics(path: Path, *, with_controls: bool = True) -> Path:
-    cols = ["step", "stage", "reward/mean", "reward/std", "reward/task", "reward/drift", "reward/format"]
+    cols = ["step", "stage", "reward", "reward_std", "reward/task", "reward/drift", "reward/format"]
     cols += ["kl", "beta"] if with_controls else []
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -41,7 +41,8 @@ def _is_png(path: Path) -> bool:
 def test_run_writes_all_figures(tmp_path, reports):
     from cells.pipeline import Context
 
-    _write_metrics(tmp_path / "metrics.csv")
+    (tmp_path / "training").mkdir()
+    _write_metrics(tmp_path / "training" / "metrics.csv")
     ctx = Context(profile=None, run_dir=tmp_path, reports=reports)  # type: ignore[arg-type]
     ctx = plots.run(ctx)
     names = {k.removeprefix("plot/") for k in ctx.artifacts}
@@ -52,7 +53,7 @@ def test_run_writes_all_figures(tmp_path, reports):
 
 
 def test_read_metrics_csv_blank_cells_are_none(tmp_path):
-    m = plots.read_metrics_csv(_write_metrics(tmp_path / "metrics.csv", with_controls=False))
+    m = plots.read_metrics_columns(_write_metrics(tmp_path / "metrics.csv", with_controls=False))
     assert m["reward/drift"][0] is None and m["reward/drift"][-1] == 0.5 and "kl" not in m
     assert plots.plot_training_curves(m, tmp_path / "c.png") is not None and _is_png(tmp_path / "c.png")
 

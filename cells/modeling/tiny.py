@@ -114,7 +114,15 @@ def corpus_texts(include_fixtures: bool = True, data_dir: Path = DATA_DIR) -> tu
         json.dumps({"action": "tool_call", "tool": t, "args": {}}, separators=(",", ":")) for t in TOOL_NAMES
     )
     fixtures = fixture_strings(data_dir) if include_fixtures else ()
-    return (*_BUILTIN_TEXT, *TOOL_NAMES, *actions, "{}[]:,\"", *fixtures)
+    transcripts = _transcripts() if include_fixtures else ()
+    return (*_BUILTIN_TEXT, *TOOL_NAMES, *actions, "{}[]:,\"", *fixtures, *transcripts)
+
+
+def _transcripts() -> tuple[str, ...]:
+    """Expert transcripts (prompts, tool results, actions): the text the model actually sees and writes."""
+    from cells.agent.corpus import transcript_corpus
+
+    return transcript_corpus()
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
