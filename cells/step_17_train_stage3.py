@@ -14,8 +14,7 @@ Time: cpu-smoke < 1 min; cpu-learn ~10-20 min; colab-t4 ~1 h (estimates).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cells import step_15_train_stage1
 
@@ -25,14 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
 STAGE = 3
 
 
-def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: list[Any]) -> Any:
-    """Stage-3 trainer: the same wiring as stage 1 (adjust here if stage 3 needs more)."""
-    return step_15_train_stage1.build_stage_trainer(ctx, stage, output_dir, callbacks)
-
-
 def run(ctx: Context) -> Context:
     """GRPO stage 3, continuing from stage 2."""
     from cells.training.stages import run_context_stage
 
-    run_context_stage(ctx, STAGE, build_stage_trainer)
+    run_context_stage(ctx, STAGE, step_15_train_stage1.build_stage_trainer)  # same wiring for every stage
     return ctx
