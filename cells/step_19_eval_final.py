@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 
+class MissingStepError(RuntimeError):
+    """Step 19 ran without the model or the baseline evaluation it compares against."""
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.3f}"
 
@@ -25,16 +29,15 @@ def run(ctx: Context) -> Context:
     """Evaluate the trained model and compute paired final − baseline statistics."""
     from cells.evaluation.records import save_records_jsonl
     from cells.evaluation.report import compare_reports, save_report_json
-    from cells.evaluation.runner import EvalCase, EvalMismatchError, EvalSpec, check_same_spec, make_spec
+    from cells.evaluation.runner import EvalCase, check_same_spec, make_spec
     from cells.step_18_eval_baseline import evaluate_model
 
     if ctx.model is None or "baseline_records" not in ctx.reports:
-        raise EvalMismatchError("step 19 needs the model (step 12) and the baseline evaluation (step 18) first")
+        raise MissingStepError("step 19 needs the model (step 12) and the baseline evaluation (step 18) in this run")
     stored = ctx.reports["eval_spec"]
     cases = tuple(EvalCase(**c) for c in stored["cases"])
     spec = make_spec(ctx.profile, cases)
     check_same_spec(stored, spec.to_dict())
-    assert isinstance(spec, EvalSpec)
     report, records = evaluate_model(ctx, spec, "trained")
     report["eval_spec"] = spec.to_dict()
     paired = compare_reports(ctx.reports["baseline_records"], records,

@@ -1,0 +1,63 @@
+import warnings
+
+import pytest
+
+from cells import step_20_probe as s20
+from cells.step_02_profiles import EVAL_SEEDS, PROBE_SEEDS
+from cells.step_04_models import Rewards
+
+
+class _Ep:
+    def __init__(self, booked: bool, episode_id: str = "ep") -> None:
+        self.bookings = ("b",) if booked else ()
+        self.episode_id = episode_id
+
+
+def _rewards(reward: float, r_task: float = 0.0, offences=()) -> Rewards:
+    breakdown = {"penalty": {"offences": [{"code": c, "turn": 2, "evidence": {"x": 1}} for c in offences]}}
+    return Rewards(r_task, None, 0.0, 0.0, 0.0, 0.0, 0.0, reward, breakdown)
+
+
+def test_probe_cases_are_disjoint_from_evaluation_seeds():
+    cases = s20.probe_cases(9)
+    assert [c.stage for c in cases] == [1, 2, 3] * 3
+    assert all(c.seed in PROBE_SEEDS and c.seed not in EVAL_SEEDS for c in cases)
+
+
+def test_summary_counts_offences_and_flags_unknown_codes():
+    known = s20.known_offence_codes()
+    played = [(_Ep(False, "a"), _rewards(0.0, offences=("repeated_call", "repeated_call"))),
+              (_Ep(True, "b"), _rewards(0.3, offences=("made_up_offence",)))]
+    row = s20.summarise("x", played, known)
+    assert row["offence_counts"] == {"made_up_offence": 1, "repeated_call": 2}
+    assert row["offence_rates"]["repeated_call"] == 1.0
+    assert row["examples"]["repeated_call"]["episode_id"] == "a"
+    assert row["unknown_offences"] == ["made_up_offence"]
+    assert row["max_reward_never_booked"] == 0.0 and row["booked_share"] == 0.5
+
+
+@pytest.mark.parametrize("mean, never_booked_max, expected", [
+    (0.05, None, "PASS"), (0.05, 0.09, "PASS"), (0.05, 0.1, "FAIL"), (0.2, None, "FAIL"), (0.15, 0.0, "FAIL"),
+])
+def test_verdict_at_and_around_thresholds(mean, never_booked_max, expected):
+    summary = {"mean_reward": mean, "max_reward_never_booked": never_booked_max}
+    assert s20.verdict(summary, honest_failure_mean=0.15)["verdict"] == expected
+
+
+def test_honest_failure_mean_uses_failed_episodes_only():
+    played = [(_Ep(True), _rewards(0.9, r_task=1.0)), (_Ep(True), _rewards(0.2)), (_Ep(False), _rewards(0.1))]
+    assert s20.honest_failure_mean(played) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="never failed"):
+        s20.honest_failure_mean(played[:1])
+
+
+def test_probe_run_passes_every_exploit_and_warns_on_unknown(monkeypatch):
+    report = s20.run_probe(9)
+    assert report["all_exploits_pass"] and report["unknown_offences"] == []
+    assert report["policies"]["claim_spam"]["offence_counts"].get("unfounded_drift_claim", 0) > 0
+    monkeypatch.setattr(s20, "known_offence_codes", lambda: frozenset({"repeated_call"}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flagged = s20.run_probe(3)
+    assert flagged["unknown_offences"]  # every other code is now unknown, and said loudly
+    assert any(issubclass(w.category, s20.UnknownOffenceWarning) for w in caught)
