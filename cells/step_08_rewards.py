@@ -19,7 +19,7 @@ honest policy that tries and fails; a policy that never books scores < 0.1):
 - r_drift: a drift is handled within DRIFT_HANDLING_WINDOW turns either structurally or by a
   message citing a drift-specific token observed in a post-drift result (see components).
 
-Reads `ctx.env_factory` only if step_10 has filled it (optional demo); writes nothing.
+Reads nothing from the context and writes nothing; `run` prints the weights and the penalty table.
 Run alone: `python -m cells run --profile cpu-smoke --steps 8` (instant).
 Public API: `compute_rewards`, `combine`, the component functions, `OffenceCode`, `PENALTY`.
 """
@@ -131,8 +131,6 @@ def penalty_table() -> str:
 
 
 def run(ctx: Context) -> Context:
-    """Print the weights and penalty table; score a demo episode when step_10 has built the env."""
+    """Print the weights and penalty table (episodes are scored by the env from step 10 on)."""
     print("[rewards]\n" + penalty_table())
-    if ctx.env_factory is None:
-        print("[rewards] no environment yet (step_10): table only")
     return ctx
