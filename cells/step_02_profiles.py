@@ -83,6 +83,9 @@ class Profile:
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    # Modules trained in full inside the adapter (peft `modules_to_save`); CPU profiles train the tied
+    # embeddings because a LoRA on a frozen random model cannot move the output vocabulary enough.
+    lora_modules_to_save: tuple[str, ...] = ()
     # --- generation / rollout (steps 11, 14) ---
     max_prompt_tokens: int = 1280  # turn-0 prompt incl. tool docs (~900-1,200 tokens); sizes Unsloth's max_seq_length
     max_new_tokens_per_turn: int = 96
@@ -104,6 +107,9 @@ class Profile:
     sft_episodes: int = 16
     sft_epochs: int = 1
     sft_learning_rate: float = 1e-4
+    sft_batch_size: int = 0  # conversations per SFT optimiser step; 0 = num_generations (the original behaviour)
+    sft_stages: tuple[int, ...] = (1,)  # curriculum stages the expert conversations are split evenly over
+    warm_start_eval_per_cell: int = 1  # held-out seeds per (stage, language) for the post-warm-start parse rate; 0 skips it
     # --- evaluation (steps 18-20) ---
     eval_episodes_per_cell: int = 1  # per (stage, language)
     pass_k: int = 4
@@ -165,23 +171,38 @@ PROFILES: dict[str, Profile] = {
     "cpu-smoke": dataclasses.replace(
         _BASE,
         name="cpu-smoke",
+        tiny=TinyModelRecipe(vocab_size=4096),  # 4096 + merged JSON tokens: an action is ~10 tokens, episodes ~2x shorter
+        lora_modules_to_save=("embed_tokens",),  # LoRA alone on random frozen weights learned no parsable action
         learning_rate=5e-4,  # tiny randomly initialised models need a far larger step than 5e-6
         max_new_tokens_per_turn=64,  # one JSON action fits in ~40 tokens of the project tokenizer
-        max_episode_tokens=1536,
+        max_episode_tokens=768,  # a warm-started model emits valid actions until the turn budget: caps eval/GRPO time
+        pass_k=2,  # sampled eval trials cost as much as greedy ones; 2 still exercises pass^k
+        sft_episodes=48,  # measured: 48 x 3 epochs (144 steps, ~80 s) -> 57% valid actions vs 0% with 16 x 1
+        sft_epochs=3,
+        sft_learning_rate=1e-2,  # from-scratch embeddings: 1e-3 left the loss at 6.2 after 16 steps
+        sft_batch_size=1,  # more, smaller steps learn faster per CPU second on this tiny model
+        sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
     ),
     # Proves the pipeline learns: a larger tiny model, more warm start and GRPO steps (~30-60 min).
     "cpu-learn": dataclasses.replace(
         _BASE,
         name="cpu-learn",
         tiny=TinyModelRecipe(vocab_size=4096, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                             num_attention_heads=4),  # 4096: turn-0 prompt ~670 tokens vs ~780 at 2048
-        learning_rate=3e-4,  # still a from-scratch tiny model; 5e-6 would not move it
+                             num_attention_heads=4),  # 4096 + merged JSON tokens: an action is ~10 tokens
+        lora_modules_to_save=("embed_tokens",),  # LoRA alone on random frozen weights learned no parsable action
+        learning_rate=2e-4,  # embeddings train in full here; 3e-4+ risks undoing the warm start in a few steps
         max_new_tokens_per_turn=64,
-        max_episode_tokens=1536,
-        steps_per_stage=(30, 30, 30),
-        sft_episodes=400,
-        sft_epochs=3,
+        max_episode_tokens=1024,  # expert episodes are ~400-900 tokens with the merged-JSON tokenizer; caps looping rollouts
+        steps_per_stage=(15, 15, 15),  # measured ~40 s per GRPO step on 2 shared cores: 45 steps ~30 min
+        adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
+        adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
+        sft_episodes=150,  # 50 per stage x 2 epochs = 300 SFT steps (~10 min)
+        sft_epochs=2,
+        sft_learning_rate=5e-3,  # from-scratch embeddings need a large step; 1e-2 (smoke) is for the smaller model
+        sft_batch_size=1,  # more, smaller steps learn faster per CPU second
+        sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
         eval_episodes_per_cell=6,
+        pass_k=2,  # sampled trials cost as much as greedy ones; 2 keeps the final eval ~10 min
         probe_episodes_per_policy=40,
     ),
     # Colab T4 (16 GB, no bf16): Gemma 3 1B-it in 4-bit via Unsloth + LoRA r16 fits with G=4 and

@@ -68,6 +68,13 @@ def lora_config(profile: Profile) -> Any:
     """The peft `LoraConfig` every path uses."""
     from peft import LoraConfig
 
+    extra: dict[str, Any] = {}
+    if profile.lora_modules_to_save:
+        # Tiny CPU models: train the (tied) embeddings as full copies inside the adapter. Their base
+        # weights are random, so LoRA alone barely moves the output distribution (measured: SFT loss
+        # 7.9 -> 6.2 in 16 steps and no parsable action). `ensure_weight_tying` keeps lm_head tied to
+        # the trained copy; the copy is saved in adapter_model.safetensors (still an adapter-only save).
+        extra = {"modules_to_save": list(profile.lora_modules_to_save), "ensure_weight_tying": True}
     return LoraConfig(
         r=profile.lora_r,
         lora_alpha=profile.lora_alpha,
@@ -75,6 +82,7 @@ def lora_config(profile: Profile) -> Any:
         target_modules=list(profile.lora_targets),
         bias="none",
         task_type="CAUSAL_LM",
+        **extra,
     )
 
 

@@ -1,15 +1,18 @@
 """Step 15 - train stage 1: supervised warm start on expert trajectories, then GRPO without drift.
 
-1. Warm start: the expert policy (step 11) plays `profile.sft_episodes` stage-1 episodes; their
-   conversations train the LoRA adapter with TRL's `SFTTrainer`, loss on assistant tokens only
+1. Warm start: the expert policy (step 11) plays `profile.sft_episodes` episodes split evenly over
+   `profile.sft_stages` (cpu profiles: 1-3, so drift handling is in the data); their conversations
+   train the adapter with TRL's `SFTTrainer`, loss on assistant tokens only
    (`cells.training.warm_start`). The adapter is saved to `training/warm_start/adapter`; a rerun
-   with that adapter present loads it instead of training again.
+   with that adapter present loads it instead of training again. Then the warm-started model plays
+   `eval_plan(profile.warm_start_eval_per_cell)` held-out seeds greedily and the valid-action share
+   is printed and stored (`ctx.trainer_state["warm_start_eval"]`, a `WarmStartEval`).
 2. GRPO stage 1 (no drift) up to global step `steps_per_stage[0]`, checkpointing adapter-only
    with a `driftcall_meta.json` sidecar under `training/stage1/`, a row per step in
    `training/metrics.csv`. An interrupted stage resumes from its latest checkpoint on rerun.
 
 Reads `ctx.profile`, `ctx.model` (peft model), `ctx.tokenizer`.
-Writes `ctx.trainer_state["warm_start"|"stage1"]`, `ctx.artifacts["warm_start_adapter"|
+Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
 Time: cpu-smoke ~1 min; cpu-learn ~10-20 min; colab-t4 ~1 h (estimates, not yet measured end to end).
@@ -25,16 +28,36 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
-    from cells.training.warm_start import WarmStartResult
+    from cells.training.warm_start import WarmStartEval, WarmStartResult
 
 STAGE = 1
+
+
+SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.seed + (s-1) * stride
 
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
     """Expert-policy conversations (chat `messages` lists). The only import of step 11's expert."""
     from cells.step_11_agent import expert_conversations
 
-    return [list(c) for c in expert_conversations(n, stage=stage, tokenizer=ctx.tokenizer, seed=ctx.profile.seed)]
+    seed = ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE
+    return [list(c) for c in expert_conversations(n, stage=stage, tokenizer=ctx.tokenizer, seed=seed)]
+
+
+def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
+    """`n` conversations split evenly over `stages` as `(stage, count)`; earlier stages take the remainder."""
+    if not stages:
+        raise ValueError("sft_stages must name at least one curriculum stage")
+    base, extra = divmod(n, len(stages))
+    return [(stage, base + (1 if i < extra else 0)) for i, stage in enumerate(stages)]
+
+
+def warm_start_conversations(ctx: Context) -> list[list[dict[str, Any]]]:
+    """`profile.sft_episodes` expert conversations over `profile.sft_stages`, interleaved by stage."""
+    per_stage = [expert_conversations_for(ctx, k, s) for s, k in stage_split(ctx.profile.sft_episodes,
+                                                                              ctx.profile.sft_stages) if k]
+    longest = max((len(c) for c in per_stage), default=0)
+    return [convs[i] for i in range(longest) for convs in per_stage if i < len(convs)]
 
 
 def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: list[Any]) -> Any:
@@ -92,25 +115,45 @@ def warm_start(ctx: Context) -> WarmStartResult:
         result = WarmStartResult(adapter, 0, 0, 0, 0, ())
     else:
         p = ctx.profile
-        conversations = expert_conversations_for(ctx, p.sft_episodes, STAGE)
         result = sft_warm_start(
-            ctx.model, ctx.tokenizer, conversations, out,
-            learning_rate=p.sft_learning_rate, epochs=p.sft_epochs, batch_size=p.num_generations,
-            max_length=p.max_episode_tokens, seed=p.seed, use_cpu=p.is_cpu, bf16=p.precision == "bf16",
-            fp16=p.precision == "fp16",
+            ctx.model, ctx.tokenizer, warm_start_conversations(ctx), out,
+            learning_rate=p.sft_learning_rate, epochs=p.sft_epochs, batch_size=p.sft_batch_size or p.num_generations,
+            max_length=p.max_prompt_tokens + p.max_episode_tokens,  # turn-0 prompt + the whole episode
+            seed=p.seed, use_cpu=p.is_cpu, bf16=p.precision == "bf16", fp16=p.precision == "fp16",
         )
     ctx.trainer_state["warm_start"] = result
     ctx.artifacts["warm_start_adapter"] = adapter
     return result
 
 
+def evaluate_warm_start(ctx: Context) -> WarmStartEval | None:
+    """Greedy held-out play of the warm-started model (`profile.warm_start_eval_per_cell` seeds per cell).
+
+    Uses the evaluation runner and the profile's generation knobs; stores the summary in
+    `ctx.trainer_state["warm_start_eval"]` and prints the valid-action share. None when disabled (0).
+    """
+    from cells.evaluation.runner import eval_plan, make_spec, run_model
+    from cells.training.warm_start import summarize_eval
+
+    per_cell = ctx.profile.warm_start_eval_per_cell
+    if per_cell <= 0 or ctx.model is None:
+        return None
+    cases = eval_plan(per_cell)
+    spec = make_spec(ctx.profile, cases, sampled_trials=0)
+    summary = summarize_eval(run_model("warm_start", ctx.model, ctx.tokenizer, cases, spec, greedy=True, trial=0))
+    ctx.trainer_state["warm_start_eval"] = summary
+    print(summary.line())
+    return summary
+
+
 def run(ctx: Context) -> Context:
-    """Warm start, then GRPO stage 1."""
+    """Warm start, its held-out parse-rate check, then GRPO stage 1."""
     from cells.training.stages import run_context_stage
 
     result = warm_start(ctx)
     first = f"{result.losses[0]:.3f}" if result.losses else "-"
     last = f"{result.losses[-1]:.3f}" if result.losses else "-"
     print(f"[warm start] {result.examples} conversations, {result.steps} steps, loss {first} -> {last}")
+    evaluate_warm_start(ctx)
     run_context_stage(ctx, STAGE, build_stage_trainer)
     return ctx

@@ -5,7 +5,9 @@ Real `trl.SFTTrainer` / `trl.GRPOTrainer` on the tiny Gemma 3 model from `tests/
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,7 +15,15 @@ from safetensors.torch import load_file
 from tiny import grpo_factory, tiny_model, tiny_tokenizer
 from transformers import TrainerCallback
 
+from cells.pipeline import Context
 from cells.step_01_setup import git_sha
+from cells.step_02_profiles import get_profile
+from cells.step_15_train_stage1 import (
+    evaluate_warm_start,
+    expert_conversations_for,
+    stage_split,
+    warm_start_conversations,
+)
 from cells.training.checkpoints import (
     FULL_MODEL_FILES,
     META_NAME,
@@ -30,6 +40,7 @@ from cells.training.warm_start import (
     WarmStartError,
     render_segments,
     sft_warm_start,
+    summarize_eval,
     tokenize_conversation,
 )
 
@@ -201,3 +212,98 @@ def test_interrupted_stage_resumes_like_an_uninterrupted_run(tmp_path):
     # rerunning a complete stage trains nothing
     again = run_stage(1, grpo_factory(n, save_steps=2), b, None, n, metrics_path=tmp_path / "b.csv")
     assert again.trained_steps == 0 and again.checkpoint == resumed.checkpoint
+
+
+# ---------------------------------------------------------------- warm start: data mix, held-out parse rate
+
+
+def _rec(turns: int, fails: int, success: bool, reward: float) -> SimpleNamespace:
+    return SimpleNamespace(turns_used=turns, parse_failures=fails, success=success, reward=reward)
+
+
+def test_summarize_eval_counts_valid_turns_success_and_reward():
+    summary = summarize_eval([_rec(4, 1, True, 0.9), _rec(3, 3, False, 0.0), _rec(5, 0, False, 0.3)])
+    assert (summary.episodes, summary.turns, summary.invalid_turns) == (3, 12, 4)
+    assert summary.valid_share == pytest.approx(8 / 12)
+    assert summary.success_rate == pytest.approx(1 / 3)
+    assert summary.mean_reward == pytest.approx(0.4)
+    assert summary.to_dict()["valid_share"] == pytest.approx(8 / 12)
+    assert summary.line().startswith("[warm start] valid-action share on 12 held-out turns: 66.7% (episodes: 3,")
+    empty = summarize_eval([])
+    assert (empty.valid_share, empty.success_rate, empty.mean_reward) == (0.0, 0.0, 0.0)
+
+
+def test_stage_split_is_even_and_covers_n():
+    assert stage_split(10, (1, 2, 3)) == [(1, 4), (2, 3), (3, 3)]
+    assert stage_split(2, (1, 2, 3)) == [(1, 1), (2, 1), (3, 0)]
+    assert stage_split(5, (1,)) == [(1, 5)]
+    with pytest.raises(ValueError):
+        stage_split(3, ())
+
+
+def test_warm_start_conversations_mix_stages_on_disjoint_seeds(tmp_path):
+    profile = dataclasses.replace(get_profile("cpu-smoke"), sft_episodes=6, sft_stages=(1, 2, 3))
+    ctx = Context(profile=profile, run_dir=tmp_path)
+    convs = warm_start_conversations(ctx)
+    assert len(convs) == 6
+    # interleaved by stage: 1, 2, 3, 1, 2, 3 -> stage-2/3 goals (with drift) are in the data
+    stage2 = expert_conversations_for(ctx, 2, 2)
+    assert convs[1] == stage2[0] and convs[4] == stage2[1]
+    assert all(c[0]["role"] == "system" and any(m["role"] == "assistant" for m in c) for c in convs)
+
+
+def test_evaluate_warm_start_plays_the_held_out_plan_and_stores_the_summary(tmp_path, monkeypatch, capsys):
+    import cells.evaluation.runner as runner
+
+    seen = {}
+
+    def fake_run_model(name, model, tokenizer, cases, spec, *, greedy, trial, batch_size=64):
+        seen.update(name=name, cases=cases, greedy=greedy, spec=spec)
+        return [_rec(3, 1, i == 0, 0.5 if i == 0 else 0.0) for i, _ in enumerate(cases)]
+
+    monkeypatch.setattr(runner, "run_model", fake_run_model)
+    ctx = Context(profile=get_profile("cpu-smoke"), run_dir=tmp_path)
+    ctx.model = object()
+    summary = evaluate_warm_start(ctx)
+    assert seen["greedy"] and seen["cases"] == runner.eval_plan(1) and len(seen["cases"]) == 15
+    assert seen["spec"].max_new_tokens_per_turn == ctx.profile.max_new_tokens_per_turn
+    assert ctx.trainer_state["warm_start_eval"] is summary
+    assert (summary.episodes, summary.turns, summary.invalid_turns) == (15, 45, 15)
+    assert summary.success_rate == pytest.approx(1 / 15)
+    out = capsys.readouterr().out
+    assert "[warm start] valid-action share on 45 held-out turns: 66.7% (episodes: 15, success: 6.7%" in out
+    ctx2 = Context(profile=dataclasses.replace(ctx.profile, warm_start_eval_per_cell=0), run_dir=tmp_path)
+    ctx2.model = object()
+    assert evaluate_warm_start(ctx2) is None and "warm_start_eval" not in ctx2.trainer_state
+
+
+def test_trained_embeddings_stay_tied_and_inside_the_adapter(tmp_path):
+    from peft import get_peft_model
+
+    from cells.step_12_model import lora_config
+
+    tok = tiny_tokenizer()
+    base = tiny_model(tok, lora=False)
+    before = base.get_input_embeddings().weight.detach().clone()
+    profile = dataclasses.replace(get_profile("cpu-smoke"), lora_targets=("q_proj", "v_proj"))
+    assert profile.lora_modules_to_save == ("embed_tokens",)
+    model = get_peft_model(base, lora_config(profile))
+    result = sft_warm_start(model, tok, [CONV] * 4, tmp_path, learning_rate=1e-2, epochs=2, batch_size=2,
+                            disable_tqdm=True)
+    assert result.losses[-1] < result.losses[0]
+    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    assert torch.equal(emb, head)  # lm_head reads the trained copy (weights stay tied)
+    assert not torch.equal(emb.detach(), before)  # the embeddings really trained
+    with model.disable_adapter():  # the baseline (step 18) still sees the untouched base embeddings
+        assert torch.equal(model.get_input_embeddings().weight, before)
+    files = {p.name for p in result.adapter_dir.iterdir()}
+    assert not files & set(FULL_MODEL_FILES)
+    keys = load_file(str(result.adapter_dir / "adapter_model.safetensors"))
+    assert any("embed_tokens" in k for k in keys) and any("lora_" in k for k in keys)
+    # step 15's rerun path reloads the saved warm start: the trained embeddings come back, still tied
+    from cells.training.checkpoints import load_adapter_weights
+
+    fresh = get_peft_model(tiny_model(tok, lora=False), lora_config(profile))
+    load_adapter_weights(fresh, result.adapter_dir)
+    assert torch.equal(fresh.get_input_embeddings().weight, emb)
+    assert torch.equal(fresh.get_output_embeddings().weight, emb)

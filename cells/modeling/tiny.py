@@ -24,7 +24,7 @@ from cells.step_02_profiles import TinyModelRecipe
 from cells.step_03_data import DATA_DIR
 from cells.step_04_models import stable_digest
 
-TINY_BUILD_VERSION = 2  # bump when the tokenizer or model recipe code changes
+TINY_BUILD_VERSION = 3  # bump when the tokenizer or model recipe code changes (3: BPE merges across punctuation)
 
 TOOL_NAMES: tuple[str, ...] = (
     "airline.search", "airline.book", "airline.cancel", "airline.get_booking",
@@ -131,7 +131,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE(unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # use_regex=False: no GPT-2 word/punctuation pre-split, so BPE can merge the corpus's recurring JSON
+    # fragments (`{"action":"tool_call","tool":"airline.search","args":{"from":"` is one token at vocab
+    # 4096). Measured: expert conversations shrink ~2x (1,545 -> 782 tokens, 300 -> 117 trained) and the
+    # tiny model picks the action type and tool in one decision instead of ~10 punctuation-level ones.
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

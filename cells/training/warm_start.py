@@ -67,6 +67,43 @@ class WarmStartResult:
         }
 
 
+@dataclass(frozen=True)
+class WarmStartEval:
+    """Greedy play of the warm-started model on held-out seeds: is it emitting parsable actions yet?"""
+
+    episodes: int
+    turns: int
+    invalid_turns: int
+    success_rate: float
+    mean_reward: float
+
+    @property
+    def valid_share(self) -> float:
+        """Share of turns whose text parsed as an action (0.0 when no turn was played)."""
+        return (self.turns - self.invalid_turns) / self.turns if self.turns else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"episodes": self.episodes, "turns": self.turns, "invalid_turns": self.invalid_turns,
+                "valid_share": self.valid_share, "success_rate": self.success_rate, "mean_reward": self.mean_reward}
+
+    def line(self) -> str:
+        return (f"[warm start] valid-action share on {self.turns} held-out turns: {100 * self.valid_share:.1f}% "
+                f"(episodes: {self.episodes}, success: {100 * self.success_rate:.1f}%, "
+                f"mean reward: {self.mean_reward:.3f})")
+
+
+def summarize_eval(records: Sequence[Any]) -> WarmStartEval:
+    """Fold evaluation records (`turns_used`, `parse_failures`, `success`, `reward`) into a `WarmStartEval`."""
+    n = len(records)
+    return WarmStartEval(
+        episodes=n,
+        turns=sum(int(r.turns_used) for r in records),
+        invalid_turns=sum(int(r.parse_failures) for r in records),
+        success_rate=sum(1 for r in records if r.success) / n if n else 0.0,
+        mean_reward=sum(float(r.reward) for r in records) / n if n else 0.0,
+    )
+
+
 def _render(tokenizer: Any, messages: Sequence[dict[str, Any]], generation_prompt: bool) -> str:
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt)
 
@@ -166,7 +203,7 @@ def sft_warm_start(
         "use_cpu": use_cpu,
         "bf16": bf16,
         "report_to": "none",
-        "logging_steps": 1,
+        "logging_steps": max(1, len(dataset) * epochs // (batch_size * 20)),  # ~20 loss points per run
         "save_strategy": "no",  # the adapter is saved once below; GRPO stages checkpoint themselves
         "lr_scheduler_type": "constant",
         "shuffle_dataset": True,
