@@ -12,8 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny import grpo_factory, tiny_model, tiny_tokenizer
-from transformers import TrainerCallback
+from tiny import Interrupted, crash_at_step_begin, grpo_factory, tiny_model, tiny_tokenizer
 
 from cells.pipeline import Context
 from cells.step_01_setup import git_sha
@@ -162,19 +161,6 @@ def test_adapter_only_guard_and_incomplete_checkpoints(tmp_path):
 # ---------------------------------------------------------------- resume after an interrupt
 
 
-class Interrupted(RuntimeError):
-    pass
-
-
-class CrashAtStepBegin(TrainerCallback):
-    """Simulate a crash at the start of the step after `global_step == at`."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step == self.at:
-            raise Interrupted(f"crash after step {self.at}")
 
 
 def _optimizer_state(ckpt):
@@ -188,7 +174,7 @@ def test_interrupted_stage_resumes_like_an_uninterrupted_run(tmp_path):
     b = tmp_path / "b"
     with pytest.raises(Interrupted):  # checkpoint-2 saved, step 3 trained and logged, crash before step 4
         run_stage(1, grpo_factory(n, save_steps=2), b, None, n, metrics_path=tmp_path / "b.csv",
-                  extra_callbacks=[CrashAtStepBegin(3)])
+                  extra_callbacks=[crash_at_step_begin(3)])
     assert latest_checkpoint(b) == b / "checkpoint-2"
     resumed = run_stage(1, grpo_factory(n, save_steps=2), b, None, n, metrics_path=tmp_path / "b.csv")
     assert resumed.resumed_from == b / "checkpoint-2" and resumed.trained_steps == n - 2

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny import grpo_factory
+from tiny import Interrupted, crash_at_step_begin, grpo_factory
 from transformers import TrainerCallback
 
 from cells.training.checkpoints import adapter_state, latest_checkpoint, read_meta
@@ -39,17 +39,6 @@ class AdapterAtTrainBegin(TrainerCallback):
         self.global_step = state.global_step
 
 
-class Interrupted(RuntimeError):
-    pass
-
-
-class CrashAtStepBegin(TrainerCallback):
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step == self.at:
-            raise Interrupted
 
 
 def test_stage_plans_are_cumulative():
@@ -69,7 +58,7 @@ def test_stage2_continues_stage1_and_metrics_survive_a_resume(tmp_path):
     # stage 2 crashes after step 4 was trained and logged; with save_steps=3 its latest checkpoint is 3
     with pytest.raises(Interrupted):
         run_stage(2, grpo_factory(total, save_steps=3), tmp_path / "stage2", s1.checkpoint, total,
-                  metrics_path=metrics, extra_callbacks=[CrashAtStepBegin(4)])
+                  metrics_path=metrics, extra_callbacks=[crash_at_step_begin(4)])
     assert latest_checkpoint(tmp_path / "stage2") == tmp_path / "stage2" / "checkpoint-3"
     assert [r["step"] for r in read_metrics_csv(metrics)] == [1, 2, 3, 4]  # step 4 logged, not saved
 

@@ -160,3 +160,20 @@ def grpo_factory(max_steps: int, seed: int = 7, model_seed: int = 0, **overrides
         )
 
     return factory
+
+
+class Interrupted(RuntimeError):
+    """Raised by `CrashAtStepBegin` to simulate a killed training run."""
+
+
+def crash_at_step_begin(at: int) -> Any:
+    """A TrainerCallback raising `Interrupted` at the start of the step after `global_step == at`."""
+    from transformers import TrainerCallback
+
+    class CrashAtStepBegin(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if state.global_step == at:
+                raise Interrupted(f"crash after step {at}")
+            return control
+
+    return CrashAtStepBegin()
