@@ -44,7 +44,7 @@ def test_scripted_sampled_trials_repeat_trial_zero():
     greedy, sampled = evaluate("expert", spec, policy_factory=ExpertPolicy)
     assert len(greedy) == 1 and [r.trial for r in sampled] == [0, 1, 2]
     assert {r.reward for r in sampled} == {greedy[0].reward}
-    report = report_for(greedy, sampled, get_profile("cpu-smoke"))
+    report = report_for(greedy, sampled, dataclasses.replace(get_profile("cpu-smoke"), pass_k=3))
     assert report["policies"]["expert"]["pass_k"]["3"] == pytest.approx(float(greedy[0].success))
     with pytest.raises(ValueError, match="exactly one"):
         evaluate("x", spec)

@@ -62,8 +62,8 @@ def test_run_writes_report_and_artifact(ctx):
     assert path == ctx.run_dir / "report.md"
     for heading in ("## Configuration", "## Versions", "### Headline", "### Success by language",
                     "### Success by drift kind", "### Paired difference: final − baseline",
-                    "### Reward-hacking probe", "![reliability](plots/reliability.png)", "| pass_k | `4` |",
-                    "| trl | `1.16.0` |"):
+                    "### Reward-hacking probe", "![reliability](plots/reliability.png)",
+                    f"| pass_k | `{ctx.profile.pass_k}` |", "| trl | `1.16.0` |"):
         assert heading in text, heading
 
 
