@@ -319,9 +319,14 @@ def make_env_factory(stage: int, language_weights: dict[str, float] | None = Non
     return functools.partial(DriftCallEnv, stage, language_weights, **kwargs)
 
 
+def stage_env_factories(profile: Any) -> dict[int, Any]:
+    """One env factory per curriculum stage, with that stage's language weights."""
+    return {s: make_env_factory(s, profile.languages_for_stage(s)) for s in STAGE_TURN_BUDGETS}
+
+
 def run(ctx: Context) -> Context:
     """Store an env factory per stage; play one expert episode per stage as a smoke check."""
-    ctx.env_factory = {s: make_env_factory(s, ctx.profile.languages_for_stage(s)) for s in (1, 2, 3)}
+    ctx.env_factory = stage_env_factories(ctx.profile)
     try:
         from cells.step_11_agent import ExpertPolicy, play_episode
     except ImportError:

@@ -47,9 +47,9 @@ SMOKE_EPISODES = 20
 
 def run(ctx: Context) -> Context:
     """Play a few expert and naive episodes per stage and print success and mean reward."""
-    from cells.step_10_env import make_env_factory
+    from cells.step_10_env import stage_env_factories
 
-    factories = ctx.env_factory or {s: make_env_factory(s, ctx.profile.languages_for_stage(s)) for s in (1, 2, 3)}
+    factories = ctx.env_factory or stage_env_factories(ctx.profile)
     seeds = [ctx.profile.seed + i for i in range(SMOKE_EPISODES)]
     table: dict[int, dict[str, dict[str, float]]] = {}
     for stage, factory in factories.items():

@@ -64,8 +64,14 @@ def count_parameters(model: Any) -> ParamCounts:
     return ParamCounts(total=total, trainable=trainable)
 
 
+def lora_kwargs(profile: Profile) -> dict[str, Any]:
+    """The adapter shape shared by peft's `LoraConfig` and Unsloth's `get_peft_model`."""
+    return {"r": profile.lora_r, "lora_alpha": profile.lora_alpha, "lora_dropout": profile.lora_dropout,
+            "target_modules": list(profile.lora_targets), "bias": "none"}
+
+
 def lora_config(profile: Profile) -> Any:
-    """The peft `LoraConfig` every path uses."""
+    """The peft `LoraConfig` the transformers and tiny paths use."""
     from peft import LoraConfig
 
     extra: dict[str, Any] = {}
@@ -75,15 +81,7 @@ def lora_config(profile: Profile) -> Any:
         # 7.9 -> 6.2 in 16 steps and no parsable action). `ensure_weight_tying` keeps lm_head tied to
         # the trained copy; the copy is saved in adapter_model.safetensors (still an adapter-only save).
         extra = {"modules_to_save": list(profile.lora_modules_to_save), "ensure_weight_tying": True}
-    return LoraConfig(
-        r=profile.lora_r,
-        lora_alpha=profile.lora_alpha,
-        lora_dropout=profile.lora_dropout,
-        target_modules=list(profile.lora_targets),
-        bias="none",
-        task_type="CAUSAL_LM",
-        **extra,
-    )
+    return LoraConfig(**lora_kwargs(profile), task_type="CAUSAL_LM", **extra)
 
 
 def _gpu_dtype(profile: Profile) -> Any:
@@ -105,14 +103,7 @@ def boot_unsloth(profile: Profile) -> tuple[Any, Any]:
         dtype=_gpu_dtype(profile),
     )
     model = FastLanguageModel.get_peft_model(
-        model,
-        r=profile.lora_r,
-        lora_alpha=profile.lora_alpha,
-        lora_dropout=profile.lora_dropout,
-        target_modules=list(profile.lora_targets),
-        bias="none",
-        use_gradient_checkpointing="unsloth",
-        random_state=profile.seed,
+        model, **lora_kwargs(profile), use_gradient_checkpointing="unsloth", random_state=profile.seed,
     )
     return model, tokenizer
 
