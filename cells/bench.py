@@ -3,7 +3,8 @@
     python -m cells bench env [--episodes 300]       expert episodes/s, env steps/s, reward-time share
     python -m cells bench policies [--seeds 500]     success / mean reward per stage x language for the
                                                      expert, naive, honest-failure, random and every
-                                                     exploit; drift fire rates; PASS/FAIL checks
+                                                     exploit; drift fire rates; PASS/FAIL checks (exits 1
+                                                     on any FAIL)
 
 `--seeds N` is per stage: N/5 held-out seeds (`eval_seeds`) per language. Time on 2 CPU cores:
 `bench env` ~5 s; `bench policies --seeds 500` ~2 min (13 policies x 1,500 episodes).
@@ -154,17 +155,21 @@ def checks(rows: list[Row]) -> list[tuple[bool, str]]:
         drop = naive[1] - naive[stage]
         out.append((drop >= NAIVE_MIN_DROP, f"naive success drop stage 1 -> {stage}: {naive[1]:.3f} -> "
                                             f"{naive[stage]:.3f} = {drop:.3f} >= {NAIVE_MIN_DROP}"))
-    honest = _mean([r.reward for r in rows if r.policy == "honest_failure" and r.drifted and r.success < 1])
+    honest = _mean([r.reward for r in rows if r.policy == "honest_failure"])
     from cells.agent.policies.exploits import EXPLOIT_POLICIES
 
     for name in EXPLOIT_POLICIES:
         mean = _mean([r.reward for r in rows if r.policy == name])
-        out.append((mean < honest, f"exploit {name}: mean reward {mean:.4f} < honest failure {honest:.4f}"))
+        out.append((mean < honest, f"exploit {name}: mean reward {mean:.4f} < honest policy {honest:.4f}"))
         unbooked = [r.reward for r in rows if r.policy == name and not r.booked]
         if unbooked:
             worst = max(unbooked)
             out.append((_mean(unbooked) < NEVER_BOOKED_MAX and worst < NEVER_BOOKED_MAX,
                         f"exploit {name} never booked: mean {_mean(unbooked):.4f}, max {worst:.4f} < {NEVER_BOOKED_MAX}"))
+    unbooked = [r.reward for r in rows if not r.booked]
+    if unbooked:
+        out.append((max(unbooked) == 0.0, f"no reward without a booking: max {max(unbooked):.4f} over "
+                                          f"{len(unbooked)} unbooked episodes of every policy == 0"))
     for pattern, (fired, scheduled) in fire_rates(rows).items():
         out.append((fired >= MIN_FIRE_RATE * scheduled, f"drift {pattern} fired {fired}/{scheduled} stage-2 expert episodes"))
     return out

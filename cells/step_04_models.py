@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import random
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -140,6 +142,64 @@ def _require(cond: bool, type_name: str, field_name: str, message: str) -> None:
         raise ModelValidationError(type_name, field_name, message)
 
 
+# ---------------------------------------------------------------------------------------------
+# Model-output rules: what a model may put into an action. Model text is data, never a crash:
+# each rule below once let a fuzzed completion raise inside the env (RecursionError on deep
+# nesting, ValueError on ints past Python's 4,300-digit str limit, non-finite floats that are
+# not JSON, lone surrogates that cannot be encoded as UTF-8).
+# ---------------------------------------------------------------------------------------------
+
+MAX_ARGS_DEPTH = 6  # containers in tool_args, args itself included (restaurant items use 4)
+MAX_ABS_NUMBER = 10**15  # far above any INR amount, count or code the vendors take
+_BAD_CHARS = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` may not appear in an action (a lone surrogate or a control character), or None."""
+    bad = _BAD_CHARS.search(text)
+    if bad is None:
+        return None
+    kind = "lone surrogate" if "\ud800" <= bad.group() <= "\udfff" else "control character"
+    return f"contains a {kind} U+{ord(bad.group()):04X} at position {bad.start()}"
+
+
+def number_problem(value: int | float) -> str | None:
+    """Why a number may not appear in an action (non-finite, or beyond ±MAX_ABS_NUMBER), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"non-finite number {value!r} (JSON has no NaN/Infinity)"
+    if abs(value) > MAX_ABS_NUMBER:
+        return f"number out of range (|x| > 10^{len(str(MAX_ABS_NUMBER)) - 1})"
+    return None
+
+
+def json_value_problem(value: Any, max_depth: int = MAX_ARGS_DEPTH) -> str | None:
+    """Why `value` is not plain, bounded JSON (depth, number range, string content, types), or None."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (Mapping, list, tuple)):
+            if depth > max_depth:
+                return f"nested deeper than {max_depth} levels"
+            if isinstance(item, Mapping):
+                for key in item:
+                    if not isinstance(key, str):
+                        return f"object keys must be strings, got {type(key).__name__}"
+                    if (problem := text_problem(key)) is not None:
+                        return f"key {problem}"
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, str):
+            if (problem := text_problem(item)) is not None:
+                return f"string {problem}"
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            if (problem := number_problem(item)) is not None:
+                return problem
+        elif item is not None and not isinstance(item, bool):
+            return f"{type(item).__name__} is not a JSON value"
+    return None
+
+
 def _require_json_mapping(value: Any, type_name: str, field_name: str) -> None:
     _require(isinstance(value, Mapping), type_name, field_name, f"must be a JSON object, got {type(value).__name__}")
     try:
@@ -173,7 +233,14 @@ class DriftCallAction(JsonModel):
                 allowed = [a.value for a in ActionType]
                 raise ModelValidationError(name, "action_type", f"{self.action_type!r} not in {allowed}") from None
         kind = self.action_type
-        _require_json_mapping(self.tool_args, name, "tool_args")
+        _require(isinstance(self.tool_args, Mapping), name, "tool_args",
+                 f"must be a JSON object, got {type(self.tool_args).__name__}")
+        args_problem = json_value_problem(self.tool_args)
+        _require(args_problem is None, name, "tool_args", f"{args_problem}")
+        for text_field in ("tool_name", "message", "rationale"):
+            text = getattr(self, text_field)
+            problem = text_problem(text) if isinstance(text, str) else None
+            _require(problem is None, name, text_field, f"{problem}")
         if kind is ActionType.TOOL_CALL:
             _require(
                 isinstance(self.tool_name, str) and self.tool_name.count(".") == 1

@@ -17,7 +17,12 @@ honest policy that tries and fails; a policy that never books scores < 0.1):
   committed booking let "book the wrong thing fast, submit with confidence 0" earn up to
   (.15 + .10)/.70 = 0.36, above an honest failure; with the gate it earns 0;
 - r_drift: a drift is handled within DRIFT_HANDLING_WINDOW turns either structurally or by a
-  message citing a drift-specific token observed in a post-drift result (see components).
+  message citing a drift-specific token observed in a post-drift result (see components), and it
+  is paid only in an episode with a task booking, like every other component. Without the gate,
+  "fetch a token, re-fetch with the scope the error names, abort" earned
+  quality = .20·1 / (.45+.20+.15+.10) = 0.222 with confidence 0 (calibration factor 1) on every
+  payment-scope-drift seed; with it every component is 0 without the task booking, so
+  quality = 0 and any policy that never books the goal earns exactly 0 (probe: `drift_then_quit`).
 
 Reads nothing from the context and writes nothing; `run` prints the weights and the penalty table.
 Run alone: `python -m cells run --profile cpu-smoke --steps 8` (instant).
@@ -100,7 +105,7 @@ def compute_rewards(episode: Episode, patterns: PatternLookup | None = None, *, 
     evidence = evidence_for(episode.drifts, patterns, episode.goal.domain)
     booking, booking_detail = task_booking(episode, rules)
     task, task_b = r_task(episode, booking, booking_detail)
-    drift, drift_b = r_drift(episode, evidence)
+    drift, drift_b = r_drift(episode, evidence, booking)
     cons, cons_b = r_constraints(episode, booking, rules)
     fmt, fmt_b = r_format(episode, booking, rules)
     wrong = [c["booking_id"] for c in booking_detail["candidates"] if not c["matches"]]

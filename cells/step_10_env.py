@@ -5,7 +5,10 @@ schedule (step 6); each `step(action)` validates, advances the turn, fires due d
 pending notices, dispatches, records and checks the budget. At termination the `Episode` is
 built and `Rewards` (step 8) computed exactly once. `step_text(raw)` parses a model completion
 first (step 11's parser): a parse failure costs a turn, is recorded, and the observation says
-what format is expected; three consecutive failures end the episode.
+what format is expected; three consecutive failures end the episode. Any string is data, never
+a crash: the parser and the data model refuse deep nesting, out-of-range numbers, NaN/Infinity,
+lone surrogates and control characters with a reason, and nothing is recorded until an action is
+valid, so a rejected output changes only the counted turn (tests/test_step_10_hostile.py).
 
 The agent never sees the drift schedule or the drift log: observations carry only the turn,
 budget, the goal utterance (turn 0), the latest user message, the last tool result and the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import TYPE_CHECKING, Any
 
 from cells.agent.parser import ACTION_FORMAT_HELP, ActionParseError, parse_action
@@ -66,6 +70,16 @@ def reset_tool_docs(world: World, goal: GoalSpec) -> tuple[ToolDoc, ...]:
     """The tools an episode offers: the goal domain's tools plus payment.get_token, documented as at reset."""
     docs = tool_docs(world, (goal.domain, "payment"))
     return tuple(t for t in docs if t.name.split(".")[0] == goal.domain or t.name == "payment.get_token")
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def loggable_text(text: object, limit: int = 2000) -> str:
+    """A rejected output as it is kept in the episode: at most `limit` chars, always UTF-8 encodable
+    (lone surrogates become U+FFFD), so episodes and observations stay valid JSON."""
+    raw = text if isinstance(text, str) else repr(text)
+    return _SURROGATES.sub("\ufffd", raw[:limit])
 
 
 class EnvError(RuntimeError):
@@ -197,8 +211,7 @@ class DriftCallEnv:
             live.turn += 1
             live.parse_failures += 1
             live.consecutive_invalid += 1
-            raw = text if isinstance(text, str) else repr(text)
-            live.actions.append(ActionRecord(live.turn, None, raw_text=raw[:2000], parse_error=err.reason))
+            live.actions.append(ActionRecord(live.turn, None, raw_text=loggable_text(text), parse_error=err.reason))
             hint = UserMessage(live.turn, f"Invalid action: {err.reason} {ACTION_FORMAT_HELP}", "en", "format_hint")
             if live.consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
                 self._finish(TerminatedBy.INVALID_ACTIONS)

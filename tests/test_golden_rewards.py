@@ -12,10 +12,11 @@ import pytest
 
 from cells.step_02_profiles import EVAL_SEEDS
 from cells.step_10_env import DriftCallEnv
-from cells.step_11_agent import ExpertPolicy, HonestFailurePolicy, NaivePolicy, play_episode
+from cells.step_11_agent import EXPLOIT_POLICIES, ExpertPolicy, HonestFailurePolicy, NaivePolicy, play_episode
 
 GOLDEN = Path(__file__).parent / "golden" / "rewards.json"
-PLAYERS = {"expert": ExpertPolicy, "naive": NaivePolicy, "honest_failure": HonestFailurePolicy}
+PLAYERS = {"expert": ExpertPolicy, "naive": NaivePolicy, "honest_failure": HonestFailurePolicy,
+           "drift_then_quit": EXPLOIT_POLICIES["drift_then_quit"]}
 
 
 def current_values() -> dict[str, dict[str, float]]:

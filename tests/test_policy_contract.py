@@ -34,17 +34,26 @@ def test_naive_drops_at_least_30_points_under_drift(rows: list[bench.Row]) -> No
     assert rate[1] >= 0.95 and rate[1] - rate[2] >= 0.3 and rate[1] - rate[3] >= 0.3
 
 
-def test_exploits_score_below_honest_failure_and_near_zero_without_booking(rows: list[bench.Row]) -> None:
-    honest = [r.reward for r in rows if r.policy == "honest_failure" and r.drifted and r.success < 1]
-    assert honest and sum(honest) / len(honest) > 0.1
+def test_exploits_score_below_the_honest_policy_and_zero_without_booking(rows: list[bench.Row]) -> None:
+    honest = [r.reward for r in rows if r.policy == "honest_failure"]
+    honest_failed = [r.reward for r in rows if r.policy == "honest_failure" and r.drifted and r.success < 1]
+    assert honest_failed and max(honest_failed) < 0.1  # trying and failing is not paid either
     from cells.agent.policies.exploits import EXPLOIT_POLICIES
 
     for name in EXPLOIT_POLICIES:
         mine = [r for r in rows if r.policy == name]
         assert sum(r.reward for r in mine) / len(mine) < sum(honest) / len(honest), name
         assert all(r.reward < bench.NEVER_BOOKED_MAX for r in mine if not r.booked), name
+    assert all(r.reward == 0.0 for r in rows if not r.booked)
     expert = [r.reward for r in rows if r.policy == "expert"]
     assert sum(expert) / len(expert) > 0.95
+
+
+def test_drift_then_quit_earned_drift_credit_but_is_paid_nothing(rows: list[bench.Row]) -> None:
+    mine = [r for r in rows if r.policy == "drift_then_quit"]
+    scope = [r for r in mine if "payment_scope_upgrade" in r.fired]
+    assert scope, "the payment scope drift must fire for this exploit on some seeds"
+    assert not any(r.booked for r in mine) and all(r.reward == 0.0 for r in mine)
 
 
 def test_every_scheduled_drift_fires_for_the_expert(rows: list[bench.Row]) -> None:

@@ -169,7 +169,7 @@ def honest_failure(confidence=0.1):
         [drift()], user=[UserMessage(3, "123456", "en")])
 
 
-# --- the contract: exploits below an honest failure, never-booked < 0.1 -----------------------
+# --- the contract: no exploit above an honest failure, nothing without a booking ------------
 
 
 def exploits() -> dict[str, tuple[Episode, bool]]:
@@ -203,21 +203,44 @@ def exploits() -> dict[str, tuple[Episode, bool]]:
     }
 
 
-def test_expert_scores_high_and_honest_failure_pays_only_for_drift_handling():
+def test_expert_scores_high_and_honest_failure_earns_nothing_without_the_booking():
     best, fail = score(expert()), score(honest_failure())
     assert best.r_task == 1.0 and best.r_drift == 1.0 and best.r_constraints == 1.0 and best.r_format == 1.0
     assert best.reward == pytest.approx(1.0 - 0.1 ** 2)
-    assert fail.r_task == 0.0 and fail.r_drift == 1.0 and fail.r_format == 0.0
-    assert fail.reward == pytest.approx(0.2 / 0.9 * (1 - 0.1 ** 2))
+    assert fail.r_task == 0.0 and fail.r_drift == 0.0 and fail.r_format == 0.0 and fail.reward == 0.0
+    drift = fail.breakdown["drift"]  # the handling is still recorded (evaluation reads latencies from it)
+    assert drift["handled_share"] == 1.0 and drift["handled"][0]["handled_turn"] == 5 and not drift["committed"]
+    assert "never pays" in drift["reason"]
+
+
+def test_handling_a_drift_then_aborting_is_not_paid():
+    """The fuzz finding: scope drift handled (token re-fetched with the named scope), then abort.
+    Before the booking gate: quality = .20 / (.45 + .20 + .15 + .10) = 0.222 at confidence 0."""
+    s0 = call(0, "airline.search", **{"from": "DEL", "to": "BLR", "date": "2025-03-14"})
+    scope_err = {"error_code": "UNSUPPORTED_SCOPE", "supported_scope": "payments.v2", "got_scope": "payments.basic"}
+    ep = episode([s0, call(1, "payment.get_token"), call(2, "payment.get_token", scope="payments.v2"),
+                  ActionRecord(3, DriftCallAction(ActionType.ABORT))],
+                 [res(0, "airline.search", FLIGHTS), res(1, "payment.get_token", scope_err, "auth_error"),
+                  res(2, "payment.get_token", {"payment_token": "tok_payments.v2_1", "scope": "payments.v2"})],
+                 [drift("pay_scope", 1)], by=TerminatedBy.ABORT)
+    scope = SimpleNamespace(kind="auth", domain="payment", notice=None,
+                            evidence=SimpleNamespace(error_codes=("UNSUPPORTED_SCOPE",), fields=("supported_scope",),
+                                                     tokens=("payments.v2",)),
+                            adaptation=SimpleNamespace(tool="payment.get_token", args_include=("scope",)))
+    r = score(ep, patterns={**PATTERNS, "pay_scope": scope})
+    assert r.breakdown["drift"]["handled"][0]["how"] == "structural"  # it did adapt ...
+    assert r.r_drift == 0.0 and r.reward == 0.0  # ... and is paid nothing for it without the task
+    booked = expert()  # the same handling inside an episode that books the goal is paid in full
+    assert score(booked).r_drift == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(exploits()))
-def test_every_exploit_scores_below_honest_failure(name):
+def test_every_exploit_scores_no_more_than_honest_failure_and_below_expert(name):
     ep, booked = exploits()[name]
     r = score(ep)
-    assert r.reward < score(honest_failure()).reward < score(expert()).reward
+    assert r.reward <= score(honest_failure()).reward < score(expert()).reward
     if not booked:
-        assert r.reward < 0.1
+        assert r.reward == 0.0
 
 
 def test_exploits_are_caught_by_named_offences():
@@ -338,7 +361,8 @@ def _cite_episode(msg_turn, message, seen_turn=2, drift_turn=2, pid="pay_mfa", r
     acts += [say(t, "Working on it.") for t in range(3, msg_turn)] + [say(msg_turn, message)]
     results = [res(0, "airline.search", FLIGHTS), res(1, "payment.get_token", {"payment_token": TOKEN}),
                res(seen_turn, "airline.book", response or MFA_ERR, "auth_error" if response is None else "ok")]
-    return episode([*acts, submit(msg_turn + 1, 0.2)], results, [drift(pid, drift_turn)])
+    # a task booking exists, so what these tests vary (window, evidence) alone decides r_drift
+    return episode([*acts, submit(msg_turn + 1, 0.2)], results, [drift(pid, drift_turn)], [booking()])
 
 
 @pytest.mark.parametrize("msg_turn,handled", [(3, True), (2 + DRIFT_HANDLING_WINDOW, True),

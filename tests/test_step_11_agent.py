@@ -178,8 +178,9 @@ def test_honest_failure_reports_what_blocked_it_with_low_confidence() -> None:
     for seed in _eligible_seeds(pattern, "kn", 3):
         episode, rewards = play.play_episode(env, HonestFailurePolicy(), seed)
         assert rewards.r_task == 0.0 and episode.submitted.confidence == naive.HONEST_FAILURE_CONFIDENCE
-        assert "gst_number" in episode.submitted.message and rewards.r_drift == 1.0
-        assert 0.1 < rewards.reward < 0.3
+        assert "gst_number" in episode.submitted.message
+        assert rewards.breakdown["drift"]["handled"][0]["how"] == "cited"  # it reported the drift ...
+        assert rewards.r_drift == 0.0 and rewards.reward == 0.0  # ... but nothing pays without the booking
 
 
 # ---------------------------------------------------------------------------------------------- random, exploits
@@ -200,7 +201,7 @@ def test_random_policy_is_deterministic_per_seed_and_mixes_garbage() -> None:
 
 def test_exploit_registry_names_and_texts() -> None:
     assert set(EXPLOIT_POLICIES) == {"give_up", "submit_zero", "submit_one", "claim_spam", "repeat_call", "invent",
-                                     "probe_spam", "book_twice", "wrong_fast"}
+                                     "probe_spam", "book_twice", "wrong_fast", "drift_then_quit"}
     for name, cls in EXPLOIT_POLICIES.items():
         assert cls.name == name
         result = play.play_many(make_env_factory(2), cls, [7])[0]

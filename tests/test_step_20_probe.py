@@ -41,7 +41,14 @@ def test_summary_counts_offences_and_flags_unknown_codes():
 ])
 def test_verdict_at_and_around_thresholds(mean, never_booked_max, expected):
     summary = {"mean_reward": mean, "max_reward_never_booked": never_booked_max}
-    assert s20.verdict(summary, honest_failure_mean=0.15)["verdict"] == expected
+    assert s20.verdict(summary, honest_mean=0.15)["verdict"] == expected
+
+
+def test_honest_mean_counts_every_episode():
+    played = [(_Ep(True), _rewards(0.9, r_task=1.0)), (_Ep(True), _rewards(0.2)), (_Ep(False), _rewards(0.1))]
+    assert s20.mean_reward(played) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="no episodes"):
+        s20.mean_reward([])
 
 
 def test_honest_failure_mean_uses_failed_episodes_only():
@@ -54,6 +61,8 @@ def test_honest_failure_mean_uses_failed_episodes_only():
 def test_probe_run_passes_every_exploit_and_warns_on_unknown(monkeypatch):
     report = s20.run_probe(9)
     assert report["all_exploits_pass"] and report["unknown_offences"] == []
+    assert report["honest_failure_mean_reward"] == 0.0 < report["honest_mean_reward"]  # failing is not paid
+    assert report["policies"]["drift_then_quit"]["verdict"] == "PASS"
     assert report["policies"]["claim_spam"]["offence_counts"].get("unfounded_drift_claim", 0) > 0
     monkeypatch.setattr(s20, "known_offence_codes", lambda: frozenset({"repeated_call"}))
     with warnings.catch_warnings(record=True) as caught:

@@ -12,6 +12,12 @@ Accepted objects (keys beyond these are rejected so typos surface as reasons, no
 The parser tolerates code fences and text around exactly one object; everything else raises
 `ActionParseError` whose `reason` tells the model what to fix. Scripted policies print actions
 with `format_action` and go through this same parser, exactly as a model's output does.
+
+Any string is data, never a crash: nesting is measured before decoding (deeper than
+MAX_ACTION_DEPTH is refused, so the decoder never recurses), numbers are bounded while decoding
+(integer literals longer than the largest allowed value, NaN/Infinity and floats beyond
+±MAX_ABS_NUMBER are refused before Python converts them), and the data model's rules on
+string content (no lone surrogates or control characters) apply to every decoded value.
 """
 
 from __future__ import annotations
@@ -19,7 +25,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cells.step_04_models import ActionType, DriftCallAction, ModelValidationError
+from cells.step_04_models import (
+    MAX_ABS_NUMBER,
+    MAX_ARGS_DEPTH,
+    ActionType,
+    DriftCallAction,
+    ModelValidationError,
+    number_problem,
+)
 
 ACTION_FORMAT_HELP = (
     'Reply with exactly one JSON object, e.g. {"action":"tool_call","tool":"airline.search","args":{...}}, '
@@ -37,6 +50,9 @@ _ALLOWED_KEYS: dict[ActionType, frozenset[str]] = {
     ActionType.ABORT: frozenset({"action", "message", "rationale"}),
 }
 MAX_ACTION_CHARS = 8000
+MAX_ACTION_DEPTH = MAX_ARGS_DEPTH + 1  # the action object around its args
+_MAX_INT_CHARS = len(str(MAX_ABS_NUMBER)) + 1  # a sign, then at most as many digits as the bound
+MAX_REASON_CHARS = 300  # a reason quotes model text; keep the observation short
 
 
 class ActionParseError(ValueError):
@@ -47,29 +63,85 @@ class ActionParseError(ValueError):
         self.reason = reason
 
 
+def max_nesting(text: str) -> int:
+    """Deepest bracket nesting in `text`, brackets inside JSON strings ignored (one linear scan)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _parse_int(literal: str) -> int:
+    if len(literal) > _MAX_INT_CHARS:  # before int(): Python refuses > 4,300 digits with a ValueError
+        raise ActionParseError(f"integer with {len(literal)} digits is out of range (|x| <= {MAX_ABS_NUMBER})")
+    value = int(literal)
+    if (problem := number_problem(value)) is not None:
+        raise ActionParseError(problem)
+    return value
+
+
+def _parse_float(literal: str) -> float:
+    value = float(literal)
+    if (problem := number_problem(value)) is not None:
+        raise ActionParseError(problem)
+    return value
+
+
+def _parse_constant(name: str) -> Any:
+    raise ActionParseError(f"{name} is not valid JSON; send a finite number")
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+
+
 def extract_json_objects(text: str) -> list[Any]:
-    """Every top-level JSON object in `text`, in order (fences and prose around them ignored)."""
-    decoder = json.JSONDecoder()
+    """Every top-level JSON object in `text`, in order (fences and prose around them ignored).
+
+    Raises `ActionParseError` for nesting deeper than MAX_ACTION_DEPTH or an out-of-range number."""
+    brackets = text.count("{") + text.count("[")  # C-speed count; the scan only runs when it could fail
+    if brackets > MAX_ACTION_DEPTH and max_nesting(text) > MAX_ACTION_DEPTH:
+        raise ActionParseError(f"JSON nested deeper than {MAX_ACTION_DEPTH} levels; send one flat action object")
     found: list[Any] = []
     i = text.find("{")
     while i != -1:
         try:
-            obj, end = decoder.raw_decode(text, i)
+            obj, end = _DECODER.raw_decode(text, i)
         except json.JSONDecodeError:
             i = text.find("{", i + 1)
             continue
+        except RecursionError:  # unreachable after max_nesting; kept so no input can crash the env
+            raise ActionParseError(f"JSON nested deeper than {MAX_ACTION_DEPTH} levels") from None
         found.append(obj)
         i = text.find("{", end)
     return found
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _action_from_object(obj: dict[str, Any]) -> DriftCallAction:
     raw_type = obj.get("action")
     try:
         kind = ActionType(raw_type)
-    except ValueError:
+    except (ValueError, TypeError):  # TypeError: an unhashable value such as a list
         allowed = ", ".join(a.value for a in ActionType)
-        raise ActionParseError(f'"action" must be one of {allowed}; got {raw_type!r}') from None
+        raise ActionParseError(f'"action" must be one of {allowed}; got {_short(raw_type)}') from None
     extra = set(obj) - _ALLOWED_KEYS[kind]
     if extra:
         allowed = ", ".join(sorted(_ALLOWED_KEYS[kind]))
@@ -88,7 +160,7 @@ def _action_from_object(obj: dict[str, Any]) -> DriftCallAction:
             rationale=obj.get("rationale"),
         )
     except ModelValidationError as exc:
-        raise ActionParseError(str(exc)) from None
+        raise ActionParseError(str(exc)[:MAX_REASON_CHARS]) from None
 
 
 def parse_action(text: str) -> DriftCallAction:

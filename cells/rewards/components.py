@@ -190,8 +190,13 @@ def _cited(episode: Episode, fired: int, end: int, ev: DriftEvidence) -> dict[st
     return None
 
 
-def r_drift(episode: Episode, evidence: dict[str, DriftEvidence]) -> tuple[float | None, dict[str, Any]]:
-    """Share of fired drifts handled within the window (structurally or by citing observed evidence)."""
+def r_drift(episode: Episode, evidence: dict[str, DriftEvidence],
+            booking: Booking | None) -> tuple[float | None, dict[str, Any]]:
+    """Share of fired drifts handled within the window (structurally or by citing observed evidence),
+    paid only when `booking` (the task booking) exists: handling a drift and then giving up earns 0.
+
+    The breakdown always lists what was handled (evaluation reads latencies from it); `handled_share`
+    is the unpaid share, `value` what the reward uses."""
     handled = []
     for event in episode.drifts:
         ev = evidence[event.pattern_id]
@@ -205,6 +210,11 @@ def r_drift(episode: Episode, evidence: dict[str, DriftEvidence]) -> tuple[float
                         "tokens": list(ev.tokens), "adaptation_tool": ev.adaptation_tool})
     if not handled:
         return None, {"value": None, "handled": [], "window": DRIFT_HANDLING_WINDOW, "reason": "no drift fired"}
-    value = sum(h["handled_turn"] is not None for h in handled) / len(handled)
-    return value, {"value": value, "handled": handled, "window": DRIFT_HANDLING_WINDOW,
-                   "reason": f"{sum(h['handled_turn'] is not None for h in handled)}/{len(handled)} handled"}
+    n_handled = sum(h["handled_turn"] is not None for h in handled)
+    share = n_handled / len(handled)
+    committed = booking is not None
+    value = share if committed else 0.0
+    reason = f"{n_handled}/{len(handled)} handled" + ("" if committed else
+                                                     "; no task booking committed: drift handling alone never pays")
+    return value, {"value": value, "handled_share": share, "committed": committed, "handled": handled,
+                   "window": DRIFT_HANDLING_WINDOW, "reason": reason}
