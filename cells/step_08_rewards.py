@@ -26,7 +26,7 @@ honest policy that tries and fails; a policy that never books scores < 0.1):
 
 Reads nothing from the context and writes nothing; `run` prints the weights and the penalty table.
 Run alone: `python -m cells run --profile cpu-smoke --steps 8` (instant).
-Public API: `compute_rewards`, `combine`, the component functions, `OffenceCode`, `PENALTY`.
+Public API: `compute_rewards`, `rewards_of` (the env's attached score, else computed), `combine`, the component functions, `OffenceCode`, `PENALTY`.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DRIFT_HANDLING_WINDOW", "FREE_PROBES", "MAX_SAME_CALL", "PENALTY", "PENALTY_CAP", "WEIGHTS",
     "DriftEvidence", "OffenceCode", "RewardInputError", "TaskRules", "combine", "compute_rewards",
-    "confidence_of", "evidence_of", "r_constraints", "r_drift", "r_format", "r_penalty", "r_task", "run",
-    "task_booking",
+    "confidence_of", "evidence_of", "r_constraints", "r_drift", "r_format", "r_penalty", "r_task", "rewards_of",
+    "run", "task_booking",
 ]
 
 WEIGHTS: dict[str, float] = {"task": 0.45, "drift": 0.20, "constraints": 0.15, "format": 0.10}
@@ -123,6 +123,11 @@ def compute_rewards(episode: Episode, patterns: PatternLookup | None = None, *, 
     }
     return Rewards(r_task=task, r_drift=drift, r_constraints=cons, r_format=fmt, r_penalty=pen,
                    confidence=conf, brier=brier, reward=reward, breakdown=breakdown)
+
+
+def rewards_of(episode: Episode) -> Rewards:
+    """The score the env attached to `episode` at termination; computed only for hand-built ones."""
+    return episode.rewards if episode.rewards is not None else compute_rewards(episode)
 
 
 def penalty_table() -> str:

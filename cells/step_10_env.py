@@ -281,7 +281,8 @@ class DriftCallEnv:
             bookings=live.world.bookings, parse_failures=live.parse_failures, terminated_by=reason,
             schedule=live.schedule,
         )
-        live.rewards = compute_rewards(live.episode)
+        live.rewards = compute_rewards(live.episode)  # the one scoring of this episode
+        live.episode = dataclasses.replace(live.episode, rewards=live.rewards)
 
     def _require_running(self) -> _Live:
         if self._live is None:

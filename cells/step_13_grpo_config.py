@@ -108,8 +108,8 @@ def _is_number(value: Any) -> bool:
 def episode_rewards(episode: Any) -> Any:
     """The Rewards-like object (or mapping) for `episode`.
 
-    Order: the episode's own `rewards` (an env may attach them), a bare numeric `reward` (toy envs),
-    else `cells.step_08_rewards.compute_rewards(episode)` (imported lazily: written by step 8).
+    Order: the episode's own `rewards` (DriftCallEnv attaches them when it scores the episode, so
+    nothing is scored twice), a bare numeric `reward` (toy envs), else step 8's `compute_rewards`.
     """
     attached = _field(episode, "rewards")
     if attached is not None and not callable(attached):

@@ -134,12 +134,12 @@ def run_probe(n_episodes: int, model: Any = None, tokenizer: Any = None, profile
 def _play_model(model: Any, tokenizer: Any, cases: tuple[Any, ...], profile: Any) -> list[tuple[Any, Any]]:
     from cells.agent.rollout import rollout_batch
     from cells.evaluation.runner import env_for_case
-    from cells.step_08_rewards import compute_rewards
+    from cells.step_08_rewards import rewards_of
 
     result = rollout_batch([env_for_case(c) for c in cases], [c.seed for c in cases], model=model, tokenizer=tokenizer,
                            max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
                            max_episode_tokens=profile.max_episode_tokens, greedy=True)
-    return [(ep, compute_rewards(ep)) for ep in result.episodes]
+    return [(ep, rewards_of(ep)) for ep in result.episodes]
 
 
 def run(ctx: Context) -> Context:

@@ -130,3 +130,11 @@ def test_stable_randomness_is_process_independent_values():
     assert rng_for(3, "x").random() == rng_for(3, "x").random()
     assert stable_id("BK", {"b": 1, "a": 2}) == stable_id("BK", {"a": 2, "b": 1})
     assert stable_id("BK", 1).startswith("BK-") and len(stable_id("BK", 1)) == 11
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(), st.text(), st.sampled_from(['"', "\\", "\n", "\x00", "\u2028", "ಕ"])),
+                max_size=6))
+def test_canonical_json_fast_path_is_byte_identical_to_json_dumps(parts):
+    """Seeds and ids hash canonical_json of [int | str, ...]; its shortcut must not move any digest."""
+    assert canonical_json(parts) == json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

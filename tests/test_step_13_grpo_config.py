@@ -90,6 +90,27 @@ def test_reward_fn_falls_back_to_step_08(monkeypatch):
     assert seen == [episode, episode]
 
 
+def test_env_episodes_are_scored_once_on_the_way_to_the_trainer(monkeypatch):
+    """The env scores at termination and attaches the score; reward_fn and reward_components reuse it."""
+    from cells import step_08_rewards
+    from cells.agent.play import play_many
+    from cells.agent.policies import ExpertPolicy
+    from cells.step_10_env import make_env_factory
+
+    calls = []
+    real = step_08_rewards.compute_rewards
+    monkeypatch.setattr(step_08_rewards, "compute_rewards", lambda ep, *a, **k: calls.append(1) or real(ep, *a, **k))
+    played = play_many(make_env_factory(2), ExpertPolicy, [1, 2, 3])
+    episodes = [p.episode for p in played]
+    assert len(calls) == 3 and all(ep.rewards == p.rewards for ep, p in zip(episodes, played, strict=True))
+    values = s13.reward_fn(prompts=["p"] * 3, completions=["c"] * 3, _meta=None, episodes=episodes)
+    comps = [s13.reward_components(ep) for ep in episodes]
+    assert step_08_rewards.rewards_of(episodes[0]) is episodes[0].rewards
+    assert len(calls) == 3, "reward_fn / reward_components / rewards_of scored an env episode again"
+    assert values == [p.rewards.reward for p in played] and comps[0]["reward"] == values[0]
+    assert real(episodes[0]) == episodes[0].rewards  # the attached score is exactly step 8's
+
+
 def test_reward_components_from_toy_mapping():
     ep = types.SimpleNamespace(reward=0.3, components={"r_format": 1.0, "custom": 0.5})
     comps = s13.reward_components(ep)

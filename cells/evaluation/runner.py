@@ -105,7 +105,7 @@ def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], 
               greedy: bool, trial: int, batch_size: int = 64) -> list[EvalRecord]:
     """Play each case with the model through the batched rollout driver (same prompts as training)."""
     from cells.agent.rollout import rollout_batch
-    from cells.step_08_rewards import compute_rewards
+    from cells.step_08_rewards import rewards_of
 
     records = []
     for start in range(0, len(cases), batch_size):
@@ -115,7 +115,7 @@ def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], 
             max_new_tokens_per_turn=spec.max_new_tokens_per_turn, max_episode_tokens=spec.max_episode_tokens,
             temperature=spec.sampled_temperature, greedy=greedy,
         )
-        records.extend(record_from_episode(name, trial, ep, compute_rewards(ep)) for ep in result.episodes)
+        records.extend(record_from_episode(name, trial, ep, rewards_of(ep)) for ep in result.episodes)
     return records
 
 

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +97,11 @@ def evidence_of(pattern_id: str, pattern: Any, goal_domain: str | None = None) -
                          tuple(sorted(str(a) for a in args)))
 
 
+@functools.lru_cache(maxsize=1024)
+def _catalogue_evidence(pattern_id: str, goal_domain: str | None) -> DriftEvidence:
+    return evidence_of(pattern_id, default_patterns()(pattern_id), goal_domain)
+
+
 def default_patterns() -> Callable[[str], Any]:
     """step_06's `pattern_by_id`; raises RewardInputError while step_06 is absent."""
     module = _optional_module("step_06_drift")
@@ -110,7 +117,9 @@ def evidence_for(events: Iterable[DriftEvent], patterns: PatternLookup | None,
     ids = sorted({e.pattern_id for e in events})
     if not ids:
         return {}
-    lookup = default_patterns() if patterns is None else patterns
+    if patterns is None:  # the catalogue is fixed for the process: derive each pattern's evidence once
+        return {pid: _catalogue_evidence(pid, goal_domain) for pid in ids}
+    lookup = patterns
     out: dict[str, DriftEvidence] = {}
     for pid in ids:
         if isinstance(lookup, Mapping):
@@ -201,9 +210,15 @@ def default_rules() -> TaskRules:
 # --- documented tool arguments (step_05) -----------------------------------------------------
 
 
-def default_tool_args() -> dict[str, frozenset[str]] | None:
+@functools.cache  # static for the process; every scoring asked for it (a tenth of reward time)
+def default_tool_args() -> Mapping[str, frozenset[str]] | None:
     """Argument names each tool documents at reset, from step_05 (`TOOL_ARGS`, or `TOOLS` whose
     `.args(flags)` is read with `DEFAULT_FLAGS`), or None when step_05 exposes no arg spec."""
+    spec = _tool_args_from_step_05()
+    return None if spec is None else types.MappingProxyType(spec)
+
+
+def _tool_args_from_step_05() -> dict[str, frozenset[str]] | None:
     vendors = _optional_module("step_05_vendors")
     if vendors is None:
         return None

@@ -42,9 +42,23 @@ def contains_token(haystack: str, token: str) -> bool:
     return re.search(pattern, haystack) is not None
 
 
+_TEXT_MEMO: dict[int, tuple[ToolResult, str]] = {}
+_TEXT_MEMO_MAX = 4096
+
+
 def result_text(result: ToolResult) -> str:
-    """Normalised text of everything a result showed the agent (keys, values, `_notice`)."""
-    return norm_text(canonical_json(result.response))
+    """Normalised text of everything a result showed the agent (keys, values, `_notice`).
+
+    Memoised per result object (drift, citation and claim checks each ask for the same results);
+    the entry holds the object itself, so a reused id() can never return another result's text."""
+    hit = _TEXT_MEMO.get(id(result))
+    if hit is not None and hit[0] is result:
+        return hit[1]
+    text = norm_text(canonical_json(result.response))
+    if len(_TEXT_MEMO) >= _TEXT_MEMO_MAX:
+        _TEXT_MEMO.clear()
+    _TEXT_MEMO[id(result)] = (result, text)
+    return text
 
 
 def actions_by_turn(episode: Episode) -> dict[int, DriftCallAction]:

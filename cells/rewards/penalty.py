@@ -20,7 +20,7 @@ from typing import Any
 from cells.step_04_models import ActionType, Episode, ToolResult, canonical_json
 
 from .adapters import DriftEvidence
-from .common import key_paths, keys_in, scalars, tool_calls_of, user_messages_of
+from .common import key_paths, scalars, tool_calls_of, user_messages_of
 from .components import first_observed_turn
 
 
@@ -78,25 +78,50 @@ def _offence(code: OffenceCode, turn: int | None, **evidence: Any) -> dict[str, 
     return {"code": code.value, "turn": turn, "weight": PENALTY[code], "evidence": evidence}
 
 
-def _seen_before(results: list[ToolResult], turn: int) -> tuple[set[str], set[str]]:
-    """(scalar values, keys) shown in responses of turns before `turn`."""
-    values: set[str] = set()
-    keys: set[str] = set()
-    for r in results:
-        if r.turn < turn:
-            values.update(scalars(r.response))
-            keys.update(keys_in(r.response))
-    return values, keys
+class _Shown:
+    """Scalar values and keys shown in results before a turn, folded in once as turns advance
+    (tool calls come in turn order, so each result is walked once, not once per later call)."""
+
+    def __init__(self, results: list[ToolResult]) -> None:
+        self._pending = sorted(results, key=lambda r: r.turn)
+        self._next = 0
+        self.values: set[str] = set()
+        self.keys: set[str] = set()
+
+    def before(self, turn: int) -> _Shown:
+        while self._next < len(self._pending) and self._pending[self._next].turn < turn:
+            self._fold(self._pending[self._next].response)
+            self._next += 1
+        return self
+
+    def _fold(self, value: Any) -> None:
+        """`scalars` and `keys_in` in one walk, straight into the sets (listings are large)."""
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                self.keys.update(str(k) for k in item)
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+            elif isinstance(item, (str, int, float)) and not isinstance(item, bool):
+                self.values.add(str(item))
+
+
+def _said_before(episode: Episode, turn: int) -> str:
+    """What the user said before `turn` (and the goal utterance): ids the user gave are not invented."""
+    said = " ".join(m.text for m in episode.user_messages if m.turn < turn and m.kind != "format_hint")
+    return said + " " + episode.goal.seed_utterance
 
 
 def argument_offences(episode: Episode, tool_args: Mapping[str, frozenset[str]] | None) -> list[dict[str, Any]]:
     """Invented ids, invented fields and reserved/protected argument keys, per tool call."""
-    results = sorted(episode.results, key=lambda r: r.turn)
+    shown = _Shown(list(episode.results))
     goal_values = set(scalars(episode.goal.slots))
     out: list[dict[str, Any]] = []
     for turn, action in tool_calls_of(episode):
-        values, keys = _seen_before(results, turn)
-        said = " ".join(m.text for m in episode.user_messages if m.turn < turn and m.kind != "format_hint") + " " + episode.goal.seed_utterance
+        seen = shown.before(turn)
+        said: str | None = None
         reserved = set()
         for path, key, value in key_paths(action.tool_args):
             if key.startswith("_") or key.casefold() in RESERVED_ARGS:
@@ -104,11 +129,14 @@ def argument_offences(episode: Episode, tool_args: Mapping[str, frozenset[str]] 
                 out.append(_offence(OffenceCode.RESERVED_ARGUMENT, turn, tool=action.tool_name, arg=path))
             elif ID_KEY.search(key):
                 for v in scalars(value):
-                    if v.strip() and v not in values and v not in goal_values and v not in said:
+                    if not v.strip() or v in seen.values or v in goal_values:
+                        continue
+                    said = _said_before(episode, turn) if said is None else said
+                    if v not in said:
                         out.append(_offence(OffenceCode.INVENTED_ID, turn, tool=action.tool_name, arg=path, value=v))
         documented = None if tool_args is None else tool_args.get(action.tool_name or "")
         for key in action.tool_args if documented is not None else ():
-            if key not in documented and key not in reserved and key not in keys and key not in values:
+            if key not in documented and key not in reserved and key not in seen.keys and key not in seen.values:
                 out.append(_offence(OffenceCode.INVENTED_FIELD, turn, tool=action.tool_name, arg=key))
     return out
 

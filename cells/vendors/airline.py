@@ -16,7 +16,16 @@ from .common import booking_view, cancel, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
 from .registry import Arg, Tool, payment_args
-from .world import World, commit_booking, goal_constraint, goal_slot_matches, hhmm, minutes, norm
+from .world import (
+    World,
+    commit_booking,
+    goal_constraint,
+    goal_slot_matches,
+    hhmm,
+    memo_listings,
+    minutes,
+    norm,
+)
 
 CARRIERS = ("6E", "AI", "UK", "SG", "QP", "IX")
 FARE_FLOOR_INR = 2100  # per passenger; keeps every booking above the ₹2,000 MFA drift threshold
@@ -49,6 +58,7 @@ def _plant_goal_options(world: World, flights: list[dict[str, Any]], rng: Any) -
         f["fare"] = max(f["fare"], second + rng.randint(100, 1500))
 
 
+@memo_listings
 def listings(world: World, origin: str, dest: str, date: str) -> list[dict[str, Any]]:
     """Internal flight records (fare in INR per passenger, depart in minutes), sorted by departure."""
     rng = rng_for(world.seed, "airline.search", norm(origin), norm(dest), date)

@@ -8,6 +8,8 @@ and propagates.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from typing import Any
 
 from cells.step_04_models import (
@@ -101,4 +103,11 @@ def tool_docs(world: World, domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:
     """Agent-facing docs for every tool of `domains`, in TOOL_NAMES order."""
     for d in domains:
         _check_domain(d)
-    return tuple(t.doc(world.flags[t.domain]) for t in TOOLS.values() if t.domain in domains)
+    return _docs_for(tuple(domains), canonical_json([world.flags[d] for d in domains]))
+
+
+@functools.lru_cache(maxsize=256)
+def _docs_for(domains: tuple[str, ...], flags_json: str) -> tuple[ToolDoc, ...]:
+    """Docs are a pure function of the domains' flags (every reset asks for the same few sets)."""
+    flags = dict(zip(domains, json.loads(flags_json), strict=True))
+    return tuple(t.doc(flags[t.domain]) for t in TOOLS.values() if t.domain in domains)

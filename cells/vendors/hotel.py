@@ -17,7 +17,7 @@ from .common import booking_view, cancel, check_duplicate
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
 from .registry import Arg, Tool, payment_args
-from .world import World, commit_booking, goal_constraint, goal_slot_matches, norm
+from .world import World, commit_booking, goal_constraint, goal_slot_matches, memo_listings, norm
 
 ROOM_TYPES = ("standard", "deluxe", "suite")
 NAMES = ("Taj Residency", "Lemon Tree", "Treebo Trend", "FabHotel Prime", "Ginger", "ITC Grand", "The Park")
@@ -48,6 +48,7 @@ def _plant_goal_options(world: World, hotels: list[dict[str, Any]], rng: Any) ->
         h["rates"] = {k: max(v, deluxe + 300) for k, v in h["rates"].items()}
 
 
+@memo_listings
 def listings(world: World, city: str) -> list[dict[str, Any]]:
     """Internal hotel records with nightly rates per room type; pure in (seed, city, goal)."""
     rng = rng_for(world.seed, "hotel.search", norm(city))

@@ -17,7 +17,7 @@ from .common import booking_view, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
 from .registry import Arg, Tool, payment_args
-from .world import World, commit_booking, goal_constraint, goal_slot_matches, norm
+from .world import World, commit_booking, goal_constraint, goal_slot_matches, memo_listings, norm
 
 DISHES = {
     "veg": ("Masala Dosa", "Paneer Butter Masala", "Veg Biryani", "Chole Bhature", "Dal Makhani",
@@ -59,6 +59,7 @@ def _plant_goal_options(world: World, places: list[dict[str, Any]], rng: Any) ->
     places[1]["menu"] = [*places[1]["menu"], {"name": "Family Feast Platter", "price_inr": budget + 100, "tag": tag}]
 
 
+@memo_listings
 def listings(world: World, city: str) -> list[dict[str, Any]]:
     """Every restaurant in `city` with its full menu; a pure function of seed, city and goal."""
     rng = rng_for(world.seed, "restaurant.search", norm(city))

@@ -8,7 +8,9 @@ every change builds a new `World` with `dataclasses.replace`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +140,33 @@ def goal_constraint(goal: GoalSpec, name: str, op: str | None = None) -> Any:
         if c.name == name and (op is None or c.op == op):
             return c.value
     return None
+
+
+def memo_listings(fn: Callable[..., list[dict[str, Any]]]) -> Callable[..., list[dict[str, Any]]]:
+    """Cache a vendor's `listings(world, *query)`, a pure function of (goal, seed, query).
+
+    Search and then book (and the policy checks) each rebuilt the same seeded listing, which was
+    the largest part of an env step. Entries are keyed by the goal *object* and checked by
+    identity, so two goals never share an entry. Cached listings are shared: treat them as
+    read-only, as every handler already does (responses are built from them, never into them)."""
+    cache: dict[tuple[Any, ...], tuple[Any, list[dict[str, Any]]]] = {}
+
+    @functools.wraps(fn)
+    def cached(world: World, *query: Any) -> list[dict[str, Any]]:
+        key = (id(world.goal), world.seed, *query)
+        try:
+            hit = cache.get(key)
+        except TypeError:  # an unhashable query value: nothing to share
+            return fn(world, *query)
+        if hit is not None and hit[0] is world.goal:
+            return hit[1]
+        value = fn(world, *query)
+        if len(cache) >= 4096:
+            cache.clear()
+        cache[key] = (world.goal, value)
+        return value
+
+    return cached
 
 
 def norm(text: Any) -> str:
