@@ -255,10 +255,27 @@ def _make_driftcall_init(base_cls: type[Any]) -> Callable[..., None]:
             self.adaptive_kl_callback = AdaptiveKLCallback(
                 target, kp=adaptive_kl_kp, beta_min=adaptive_kl_beta_min, beta_max=adaptive_kl_beta_max,
                 trainer=self)
-            # First in line, so reporters (and any metrics.csv writer) see the five train/* keys.
-            self.callback_handler.callbacks.insert(0, self.adaptive_kl_callback)
+            register_first(self, self.adaptive_kl_callback)
 
     return __init__
+
+
+def register_first(trainer: Any, callback: Any) -> None:
+    """Register `callback` through the trainer's public `add_callback`, then move it first in line.
+
+    First, so reporters (and the metrics.csv writer) see the five `train/*` keys it adds to the logs.
+    A base with `add_callback` but no `callback_handler` (the seed API's minimal test base) just gets
+    the `add_callback` call.
+    """
+    add = getattr(trainer, "add_callback", None)
+    if not callable(add):
+        raise TrainerSetupError(f"{type(trainer).__name__} has no add_callback; enable_adaptive_kl needs one "
+                                "(pass enable_adaptive_kl=False, or build on a transformers Trainer)")
+    add(callback)
+    callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", None)
+    if isinstance(callbacks, list) and callback in callbacks:
+        callbacks.remove(callback)
+        callbacks.insert(0, callback)
 
 
 def make_driftcall_grpo_trainer_cls(base_cls: type[Any] | None = None) -> type[Any]:

@@ -213,6 +213,62 @@ def test_callback_validates_and_ignores_other_events():
     assert s14.driftcall_grpo_trainer_methods() == ("__init__", "_generate_and_score_completions")
 
 
+class MinimalBase:
+    """The seed API's minimal base for tests without TRL: `add_callback` and nothing else."""
+
+    def __init__(self, **kwargs):
+        self.init_kwargs = kwargs
+        self.added = []
+
+    def add_callback(self, callback):
+        self.added.append(callback)
+
+
+def _build_on(base, **kw):
+    cls = s14.make_driftcall_grpo_trainer_cls(base)
+    return cls(rollout_group_fn=lambda **_: ((), ()), env_factory=ToyEnv, reward_fn_driftcall=reward_fn,
+               args=None, **kw)
+
+
+def test_minimal_base_with_only_add_callback_constructs_and_registers_adaptive_kl():
+    trainer = _build_on(MinimalBase, adaptive_kl_target=0.2, adaptive_kl_beta_max=0.5)
+    cb = trainer.adaptive_kl_callback
+    assert trainer.added == [cb] and cb.trainer is trainer
+    assert (cb.target_kl, cb.beta_max) == (0.2, 0.5)
+    assert trainer.init_kwargs["reward_funcs"] == [s14._placeholder_reward]  # TRL's required kwarg is filled
+    assert _build_on(MinimalBase, enable_adaptive_kl=False).added == []
+
+
+def test_base_without_add_callback_is_refused_only_when_adaptive_kl_needs_it():
+    class Bare:
+        def __init__(self, **kwargs):
+            pass
+
+    with pytest.raises(s14.TrainerSetupError, match="add_callback"):
+        _build_on(Bare)
+    assert _build_on(Bare, enable_adaptive_kl=False).adaptive_kl_callback is None
+
+
+def test_adaptive_kl_goes_through_add_callback_and_runs_first():
+    class Handler:
+        def __init__(self, callbacks):
+            self.callbacks = list(callbacks)
+
+    class WithHandler(MinimalBase):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.callback_handler = Handler(["default_flow", "metrics_writer"])
+
+        def add_callback(self, callback):
+            super().add_callback(callback)
+            self.callback_handler.callbacks.append(callback)
+
+    trainer = _build_on(WithHandler)
+    cb = trainer.adaptive_kl_callback
+    assert trainer.added == [cb]
+    assert trainer.callback_handler.callbacks == [cb, "default_flow", "metrics_writer"]
+
+
 # --- the real trainer -----------------------------------------------------------------------------
 
 
