@@ -173,6 +173,18 @@ class DriftCallEnv:
         pattern_by_id(pattern_id)  # raises on unknown ids
         self._forced = pattern_id
 
+    def inject_drift(self, pattern_id: str) -> ScheduledDrift:
+        """Demo/judge control: schedule `pattern_id` in the running episode; it fires before the
+        next call to one of its trigger tools from the next turn on (turn 2 at the earliest, as
+        every drift, unless that call is the booking). Returns what was scheduled."""
+        live = self._require_running()
+        pattern = pattern_by_id(pattern_id)  # raises on unknown ids
+        if any(s.pattern_id == pattern_id for s in live.schedule):
+            raise ValueError(f"{pattern_id!r} is already scheduled in this episode")
+        drift = ScheduledDrift(pattern.id, pattern.kind, pattern.domain, max(2, live.turn + 1))
+        live.schedule = (*live.schedule, drift)
+        return drift
+
     def close(self) -> None:
         self._live = None
 
