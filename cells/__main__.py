@@ -35,6 +35,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main([args.what, *args.rest])
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from cells.server.app import serve
+    from cells.server.middleware import Limits
+
+    limits = Limits(max_sessions=args.max_sessions, session_ttl_s=args.session_ttl)
+    serve(args.host, args.port, args.stage, limits=limits, insecure_local=args.insecure_local)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall pipeline")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -45,9 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--run-dir", default=None, help="default: runs/<profile>")
     p_run.set_defaults(func=_cmd_run)
     p_bench = sub.add_parser("bench", help="benchmarks: env speed, policy table (see cells/bench.py)")
-    p_bench.add_argument("what", choices=("env", "policies"))
+    p_bench.add_argument("what", choices=("env", "policies", "server"))
     p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="--episodes N (env) / --seeds N (policies)")
     p_bench.set_defaults(func=_cmd_bench)
+    p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
+    p_serve.add_argument("--host", default="127.0.0.1")
+    p_serve.add_argument("--port", type=int, default=8000)
+    p_serve.add_argument("--stage", type=int, choices=(1, 2, 3), default=1)
+    p_serve.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions (429 above)")
+    p_serve.add_argument("--session-ttl", type=float, default=300.0, help="idle seconds before a session expires")
+    p_serve.add_argument("--insecure-local", action="store_true", help="no agent token; loopback hosts only")
+    p_serve.set_defaults(func=_cmd_serve)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

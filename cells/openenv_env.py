@@ -1,35 +1,72 @@
-"""OpenEnv interface over `DriftCallEnv` (DESIGN §7): pydantic Action/Observation/State types and an
-`openenv.core.env_server.Environment` subclass, so OpenEnv clients, `create_fastapi_app` and
-TRL's environment integrations can drive the same core the trainer uses in process.
+"""OpenEnv interface over `DriftCallEnv` (DESIGN §7), on the `openenv` 0.10 package: pydantic
+Action/Observation/State types and an `openenv.core.env_server.Environment` subclass, so OpenEnv
+servers and clients and TRL's environment integrations drive the same core the trainer uses in process.
 
-    from openenv.core.env_server import create_fastapi_app
-    app = create_fastapi_app(lambda: DriftCallOpenEnv(stage=2), DriftCallActionModel, DriftCallObservationModel)
+    from openenv.core.env_server import create_app
+    app = create_app(lambda: DriftCallOpenEnv(stage=2), DriftCallActionModel, DriftCallObservationModel,
+                     state_cls=DriftCallStateModel)
 
-The judge-only parts (drift schedule, fired drifts) never appear in observations; `state` exposes
-the episode id and step count only, like every OpenEnv env.
+`cells/server/` serves it (auth, session cap, limits); `cells.server.client` plays it remotely.
+
+What the agent sees: observations (turn, budget, the goal utterance at turn 0, the latest user message,
+the last tool result, the tool docs as at reset) and `state` (episode id, turns used, done). The drift
+schedule, the fired drifts, the goal's hidden facts (`goal.user`), the reward breakdown and the finished
+`Episode` are the judge view: `state.judge`, filled only while `JUDGE_VIEW` is true, which the server sets
+for connections that present the judge token (a context variable, because OpenEnv's WebSocket loop reads
+`env.state` itself and passes no caller identity).
+
+Importing this module imports `openenv.core.env_server`, which pulls gradio (~4 s): step modules and
+`cells.server` import it inside functions only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextvars
+import re
+from typing import Any, Literal
 
 from openenv.core.env_server import Action, Environment, Observation, State
-from pydantic import Field
+from openenv.core.env_server.types import EnvironmentMetadata
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from cells.step_04_models import ActionType, DriftCallAction, DriftCallObservation, ModelValidationError
-from cells.step_10_env import DriftCallEnv, InvalidActionError
+from cells.step_10_env import DriftCallEnv, EnvError, EnvNotResetError, InvalidActionError
+
+JUDGE_VIEW: contextvars.ContextVar[bool] = contextvars.ContextVar("driftcall_judge_view", default=False)
+MAX_SEED = 2**63 - 1
+MAX_TEXT_CHARS = 16_000  # a raw model turn; far above any generation budget (64-256 tokens)
+_EPISODE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+ActionTypeName = Literal["tool_call", "speak", "clarify", "probe_schema", "submit", "abort"]
+
+
+class ResetArgumentError(EnvError, ValueError):
+    """reset() got a seed, episode id or keyword it cannot use; the env is unchanged."""
 
 
 class DriftCallActionModel(Action):
-    """One agent turn: either structured fields, or the raw model output in `text` (parsed by the env)."""
+    """One agent turn: the raw model output in `text` (parsed by the env, like a model turn), or the
+    structured fields; `truncate` is for rollout drivers only (the rollout ran out of context)."""
 
-    text: str | None = Field(default=None, description="Raw model output; parsed like a model turn if given")
-    action_type: str | None = Field(default=None, description="tool_call|speak|clarify|probe_schema|submit|abort")
-    tool: str | None = Field(default=None, description="'domain.verb' for tool_call, a bare domain for probe_schema")
+    text: str | None = Field(default=None, max_length=MAX_TEXT_CHARS,
+                             description="Raw model output; parsed like a model turn (a parse failure costs a turn)")
+    action_type: ActionTypeName | None = Field(default=None, description="structured action kind (when no text)")
+    tool: str | None = Field(default=None, max_length=64,
+                             description="'domain.verb' for tool_call, a bare domain for probe_schema")
     args: dict[str, Any] = Field(default_factory=dict, description="tool arguments (tool_call only)")
-    message: str | None = Field(default=None, description="text for speak/clarify/submit")
+    message: str | None = Field(default=None, max_length=4000, description="text for speak/clarify/submit")
     confidence: float | None = Field(default=None, ge=0.0, le=1.0, description="submit only")
     rationale: str | None = Field(default=None, max_length=200, description="optional, never scored")
+    truncate: bool = Field(default=False, description="end the running episode as a timeout (rollout drivers)")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> DriftCallActionModel:
+        kinds = (self.text is not None) + (self.action_type is not None) + bool(self.truncate)
+        if kinds != 1:
+            # a PydanticCustomError, not ValueError: its error dict stays JSON-serialisable (OpenEnv echoes it)
+            raise PydanticCustomError("one_action_kind", "give exactly one of: text (raw model output), "
+                                                          "action_type (structured), truncate")
+        return self
 
 
 class DriftCallObservationModel(Observation):
@@ -44,6 +81,16 @@ class DriftCallObservationModel(Observation):
     parse_error: str | None = Field(default=None, description="why the last raw output did not parse")
 
 
+class DriftCallStateModel(State):
+    """`episode_id` and `step_count` (turns used) from OpenEnv, plus `done`; `judge` only for the judge."""
+
+    stage: int = Field(description="curriculum stage this server plays (1-3)")
+    done: bool = Field(default=False, description="the episode has ended")
+    judge: dict[str, Any] | None = Field(
+        default=None, description="judge token only: state (goal with hidden facts, drift schedule, fired drifts), "
+                                  "and once done the rewards (with breakdown) and the Episode")
+
+
 def to_core_action(model: DriftCallActionModel) -> DriftCallAction:
     """Convert the pydantic action into the core frozen action (raises InvalidActionError)."""
     try:
@@ -56,17 +103,35 @@ def to_core_action(model: DriftCallActionModel) -> DriftCallAction:
         raise InvalidActionError(str(exc)) from exc
 
 
-def to_observation_model(obs: DriftCallObservation) -> DriftCallObservationModel:
-    data = obs.to_dict()
-    return DriftCallObservationModel(
-        turn=data["turn"], budget_remaining=data["budget_remaining"], goal_utterance=data["goal_utterance"],
-        user_message=data["user_message"], last_result=data["last_result"],
-        available_tools=data["available_tools"], parse_error=data["parse_error"],
-        done=data["done"], reward=data["reward"],
+def to_observation_model(obs: DriftCallObservation, tools: list[dict[str, Any]] | None = None
+                         ) -> DriftCallObservationModel:
+    """The wire model of a core observation; `tools` is the already-encoded `obs.available_tools` (a
+    serving env encodes the episode's constant tool docs once, not on every step)."""
+    return DriftCallObservationModel.model_construct(  # fields come from a validated frozen core observation
+        turn=obs.turn, budget_remaining=obs.budget_remaining, goal_utterance=obs.goal_utterance,
+        user_message=None if obs.user_message is None else obs.user_message.to_dict(),
+        last_result=None if obs.last_result is None else obs.last_result.to_dict(),
+        available_tools=[t.to_dict() for t in obs.available_tools] if tools is None else tools,
+        parse_error=obs.parse_error, done=obs.done, reward=obs.reward, metadata={},
     )
 
 
-class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationModel, State]):
+def from_observation_payload(payload: dict[str, Any]) -> DriftCallObservation:
+    """The core observation back from OpenEnv's wire form `{"observation": {...}, "done", "reward"}`."""
+    fields = {k: v for k, v in payload["observation"].items() if k != "metadata"}
+    return DriftCallObservation.from_dict({**fields, "done": payload["done"], "reward": payload["reward"]})
+
+
+def check_reset_args(seed: Any, episode_id: Any, extra: dict[str, Any]) -> None:
+    if extra:
+        raise ResetArgumentError(f"unknown reset argument(s) {sorted(extra)}; allowed: seed, episode_id")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise ResetArgumentError(f"seed must be an integer in [0, {MAX_SEED}], got {seed!r:.40}")
+    if episode_id is not None and (not isinstance(episode_id, str) or not _EPISODE_ID.fullmatch(episode_id)):
+        raise ResetArgumentError("episode_id must be 1-128 characters of [A-Za-z0-9._:-]")
+
+
+class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationModel, DriftCallStateModel]):
     """`DriftCallEnv` behind the OpenEnv `Environment` API; one instance per session."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # no shared mutable state between instances
@@ -74,19 +139,55 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
     def __init__(self, stage: int = 1, language_weights: dict[str, float] | None = None, **kwargs: Any) -> None:
         super().__init__()
         self.core = DriftCallEnv(stage, language_weights, **kwargs)
+        self._tools: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None  # (docs, encoded)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> DriftCallObservationModel:
-        return to_observation_model(self.core.reset(seed=seed, episode_id=episode_id))
+        check_reset_args(seed, episode_id, kwargs)
+        return self._wire(self.core.reset(seed=seed, episode_id=episode_id))
 
     def step(self, action: DriftCallActionModel, timeout_s: float | None = None, **kwargs: Any) -> DriftCallObservationModel:
+        if action.truncate:
+            self.core.truncate()
+            live = self.core.state
+            return to_observation_model(DriftCallObservation(
+                turn=live.turn, budget_remaining=live.max_turns - live.turn, done=True,
+                reward=self.core.rewards().reward))
         if action.text is not None:
-            return to_observation_model(self.core.step_text(action.text))
-        return to_observation_model(self.core.step(to_core_action(action)))
+            return self._wire(self.core.step_text(action.text))
+        return self._wire(self.core.step(to_core_action(action)))
+
+    def _wire(self, obs: DriftCallObservation) -> DriftCallObservationModel:
+        docs = obs.available_tools
+        if self._tools is None or self._tools[0] is not docs:  # a new episode's docs: encode once
+            self._tools = (docs, [t.to_dict() for t in docs])
+        return to_observation_model(obs, self._tools[1])
 
     @property
-    def state(self) -> State:
-        core_state = self.core.state
-        return State(episode_id=core_state.episode_id, step_count=core_state.turn)
+    def state(self) -> DriftCallStateModel:
+        core = self.core
+        try:
+            live = core.state
+        except EnvNotResetError:
+            return DriftCallStateModel(episode_id=None, step_count=0, stage=core.stage)
+        judge = judge_view(core) if JUDGE_VIEW.get() else None
+        return DriftCallStateModel(episode_id=live.episode_id, step_count=live.turn, stage=core.stage,
+                                   done=live.done, judge=judge)
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(
+            name="DriftCall", version="0.1.0",
+            description=f"Multilingual phone concierge whose vendor APIs drift mid-episode (stage {self.core.stage}). "
+                        "Act with raw model output in `text`, or structured fields.",
+        )
 
     def close(self) -> None:
         self.core.close()
+
+
+def judge_view(core: DriftCallEnv) -> dict[str, Any]:
+    """Everything the judge may see: full state, and once done the rewards and the Episode."""
+    view: dict[str, Any] = {"state": core.state.to_dict()}
+    if core.done:
+        view["rewards"] = core.rewards().to_dict()
+        view["episode"] = core.episode().to_dict()
+    return view

@@ -313,8 +313,11 @@ def test_openenv_adapter_reset_step_state_and_text_actions() -> None:
     assert obs.turn == 1 and obs.user_message and obs.user_message["kind"] == "ack"
     obs = env.step(DriftCallActionModel(text="garbage"))
     assert obs.parse_error and obs.turn == 2 and env.state.step_count == 2
-    with pytest.raises(InvalidActionError):
-        env.step(DriftCallActionModel(action_type="fly"))
+    with pytest.raises(ValueError, match="action_type"):  # the pydantic boundary refuses unknown kinds
+        DriftCallActionModel(action_type="fly")
+    with pytest.raises(InvalidActionError):  # a known kind the core action refuses (tool_call needs a tool)
+        env.step(DriftCallActionModel(action_type="tool_call"))
+    assert env.state.step_count == 2  # neither refusal cost a turn
     obs = env.step(DriftCallActionModel(text='{"action":"submit","message":"done","confidence":0.0}'))
     assert obs.done is True and obs.reward == 0.0
     assert "schedule" not in json.dumps(obs.model_dump(), ensure_ascii=False)

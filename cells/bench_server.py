@@ -1,0 +1,309 @@
+"""`python -m cells bench server`: DriftCall over the wire against OpenEnv's own floor (loopback only).
+
+    python -m cells bench server [--stage 2 --seconds 4 --max-steps 20000 --concurrency 1,64]
+
+Three servers, each in its own process under uvicorn with the same options, driven by the same raw
+`websockets` client in this process:
+- `driftcall`: the real server (`cells.server.app.build_app`: Guard, auth, limits, 64-session cap);
+  clients replay expert episodes recorded in process beforehand (so the client costs what a trivial
+  client costs) and check every episode ends with the recorded reward.
+- `floor`: a trivial counter env served by the same OpenEnv `create_app`, nothing added: the ceiling
+  any OpenEnv env reaches on this machine.
+- `floor+guard`: the counter behind our Guard (auth, limits): what the Guard itself costs.
+Each run is bounded by `--seconds` and `--max-steps` per (server, concurrency). Reported: steps/s,
+p50/p99 step latency, the ratio to the floor, and sessions lost (a connection that closed or answered an
+error mid-episode). Targets (issue 13): ratio >= 0.70, p99 < 20 ms at 64 sessions, nothing lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+HOST = "127.0.0.1"  # loopback only, by construction
+COUNTER_EPISODE_STEPS = 6  # about an expert episode's length
+TARGET_RATIO, TARGET_P99_MS = 0.70, 20.0
+KINDS = ("floor", "floor+guard", "driftcall")
+
+
+@dataclass(frozen=True)
+class Result:
+    server: str
+    sessions: int
+    steps: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    lost: int
+    cpu_s: float  # the server process's CPU seconds over the run
+    think_s: float = 0.0
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_us_per_step(self) -> float:
+        return self.cpu_s / self.steps * 1e6 if self.steps else float("nan")
+
+
+# ------------------------------------------------------------------------------------- servers
+def _counter_app(guarded: bool, token: str, max_sessions: int) -> Any:
+    from openenv.core.env_server import Action, ConcurrencyConfig, Environment, Observation, State, create_app
+
+    class CounterAction(Action):
+        n: int = 1
+
+    class CounterObservation(Observation):
+        count: int = 0
+
+    class CounterEnv(Environment[CounterAction, CounterObservation, State]):
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> CounterObservation:
+            self.count = 0
+            return CounterObservation(count=0)
+
+        def step(self, action: CounterAction, timeout_s: float | None = None, **kwargs: Any) -> CounterObservation:
+            self.count += action.n
+            return CounterObservation(count=self.count, done=self.count >= COUNTER_EPISODE_STEPS, reward=0.0)
+
+        @property
+        def state(self) -> State:
+            return State(step_count=self.count)
+
+    app = create_app(CounterEnv, CounterAction, CounterObservation, env_name="counter",
+                     concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=None))
+    if not guarded:
+        return app
+    from cells.server.app import install_error_handlers
+    from cells.server.middleware import Guard, Limits
+
+    install_error_handlers(app)
+    judge_flag = __import__("contextvars").ContextVar("unused", default=False)
+    return Guard(app, token=token, judge_token=None, limits=Limits(max_sessions=max_sessions), judge_flag=judge_flag)
+
+
+def _serve(kind: str, port: int, stage: int, max_sessions: int) -> None:
+    """Subprocess entry: serve `kind` on loopback until killed."""
+    import uvicorn
+
+    from cells.server.app import build_app, uvicorn_options
+    from cells.server.middleware import Limits
+
+    token = os.environ["DRIFTCALL_TOKEN"]
+    limits = Limits(max_sessions=max_sessions)
+    if kind == "driftcall":
+        app = build_app(stage, token=token, judge_token=None, limits=limits)
+    else:
+        app = _counter_app(kind == "floor+guard", token, max_sessions)
+    uvicorn.run(app, host=HOST, port=port, log_level="warning", **uvicorn_options(limits))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _start(kind: str, stage: int, max_sessions: int, token: str) -> tuple[subprocess.Popen[bytes], int]:
+    import httpx
+
+    port = _free_port()
+    code = f"from cells.bench_server import _serve; _serve({kind!r}, {port}, {stage}, {max_sessions})"
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "DRIFTCALL_TOKEN": token})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{kind} server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://{HOST}:{port}/health", timeout=1).status_code == 200:
+                return proc, port
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"{kind} server did not start within 60 s")
+
+
+# -------------------------------------------------------------------------------------- client
+def expert_scripts(stage: int, n: int) -> list[tuple[int, list[str | None], float | None]]:
+    """(seed, expert action texts, final reward) for `n` seeds, played in process."""
+    from cells.agent.play import play_many
+    from cells.agent.policies import ExpertPolicy
+    from cells.step_10_env import make_env_factory
+
+    results = play_many(make_env_factory(stage), ExpertPolicy, range(n))
+    return [(r.seed, list(r.transcript), r.rewards.reward) for r in results]
+
+
+async def _session(port: int, token: str, scripts: list[Any], offset: int, deadline: float, budget: list[int],
+                   lat: list[float], think_s: float) -> int:
+    """One client session: episodes back to back until the deadline or the shared step budget; returns
+    1 if the session was lost (closed, refused, an error frame, or an episode not ending as recorded)."""
+    import websockets
+
+    try:
+        async with websockets.connect(f"ws://{HOST}:{port}/ws", additional_headers={"Authorization": f"Bearer {token}"},
+                                      max_size=2**22, compression=None, proxy=None) as ws:
+            i, rng = offset, random.Random(offset)
+            while time.perf_counter() < deadline and budget[0] > 0:
+                seed, texts, reward = scripts[i % len(scripts)]
+                i += 1
+                await ws.send(json.dumps({"type": "reset", "data": {"seed": seed}}))
+                frame = json.loads(await ws.recv())
+                for text in texts:
+                    if think_s:  # a model generating its next turn; uniform jitter keeps sessions out of phase
+                        await asyncio.sleep(rng.uniform(0.0, 2.0 * think_s))
+                    t0 = time.perf_counter()
+                    await ws.send(json.dumps({"type": "step", "data": {"n": 1} if text is None else {"text": text}}))
+                    frame = json.loads(await ws.recv())
+                    lat.append(time.perf_counter() - t0)
+                    budget[0] -= 1
+                    if frame.get("type") != "observation":
+                        return 1
+                if not frame["data"]["done"] or (reward is not None and frame["data"]["reward"] != reward):
+                    return 1
+    except (OSError, websockets.WebSocketException):
+        return 1
+    return 0
+
+
+def in_process_us_per_step(stage: int, scripts: list[Any], repeats: int = 3) -> float:
+    """CPU us per step of the same episodes in process (reset + step_text, the wire's work minus serving)."""
+    from cells.step_10_env import DriftCallEnv
+
+    env, steps, best = DriftCallEnv(stage), sum(len(t) for _, t, _ in scripts), float("inf")
+    for _ in range(repeats):
+        t0 = time.process_time()
+        for seed, texts, _ in scripts:
+            env.reset(seed=seed)
+            for text in texts:
+                env.step_text(text)
+        best = min(best, time.process_time() - t0)
+    return best / steps * 1e6
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(kind: str, proc: subprocess.Popen[bytes], port: int, token: str, scripts: list[Any], sessions: int,
+         seconds: float, max_steps: int, think_s: float = 0.0) -> Result:
+    async def drive() -> tuple[int, float, list[float], int]:
+        lat: list[float] = []
+        budget = [max_steps]
+        t0 = time.perf_counter()
+        lost = await asyncio.gather(*(_session(port, token, scripts, k * 7, t0 + seconds, budget, lat, think_s)
+                                      for k in range(sessions)))
+        return len(lat), time.perf_counter() - t0, lat, sum(lost)
+
+    cpu0 = _cpu_s(proc.pid)
+    steps, elapsed, lat, lost = asyncio.run(drive())
+    cpu = _cpu_s(proc.pid) - cpu0
+    lat.sort()
+    p50, p99 = ((lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3 for q in (0.5, 0.99)) if lat
+                else (float("nan"), float("nan")))
+    return Result(kind, sessions, steps, elapsed, p50, p99, lost, cpu, think_s)
+
+
+def bench_server(stage: int = 2, seconds: float = 3.0, max_steps: int = 20_000, concurrency: tuple[int, ...] = (1, 64),
+                 rounds: int = 2, think_ms: float = 200.0) -> list[Result]:
+    """Saturation runs (no think time) interleaved over `rounds` so load from other processes hits every
+    server alike, then one paced run per server at the highest concurrency (`think_ms` between steps)."""
+    scripts = {"driftcall": expert_scripts(stage, 200)}
+    scripts["floor"] = scripts["floor+guard"] = [(0, [None] * COUNTER_EPISODE_STEPS, None)]
+    token = secrets.token_urlsafe(24)
+    servers = {kind: _start(kind, stage, max(concurrency), token) for kind in KINDS}
+    try:
+        for kind, (proc, port) in servers.items():  # warm up: first sessions, lazy imports
+            _run(kind, proc, port, token, scripts[kind], max(concurrency), 0.5, max_steps // 10)
+        runs: list[Result] = []
+        for _ in range(rounds):
+            for sessions in concurrency:
+                for kind, (proc, port) in servers.items():
+                    runs.append(_run(kind, proc, port, token, scripts[kind], sessions, seconds, max_steps))
+        paced = [_run(kind, proc, port, token, scripts[kind], max(concurrency), seconds, max_steps, think_ms / 1e3)
+                 for kind, (proc, port) in servers.items()]
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=10)
+    merged = []
+    for sessions in concurrency:
+        for kind in KINDS:
+            merged.append(_merge([r for r in runs if r.server == kind and r.sessions == sessions]))
+    return merged + paced
+
+
+def _merge(runs: list[Result]) -> Result:
+    """Rounds pooled: total steps over total time; latency percentiles from the worse round."""
+    first = runs[0]
+    return Result(first.server, first.sessions, sum(r.steps for r in runs), sum(r.seconds for r in runs),
+                  max(r.p50_ms for r in runs), max(r.p99_ms for r in runs), sum(r.lost for r in runs),
+                  sum(r.cpu_s for r in runs), first.think_s)
+
+
+def print_results(results: list[Result], env_us: float | None = None) -> bool:
+    """The table, the targets, and PASS/FAIL (True when every target is met)."""
+    base = {(r.sessions, r.think_s): r for r in results if r.server == "floor"}
+    top = max(r.sessions for r in results)
+    print(f"{'server':<12} {'sessions':>8} {'think ms':>8} {'steps':>7} {'steps/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
+          f"{'server CPU us/step':>18} {'vs floor: steps/s':>17} {'CPU':>5} {'lost':>5}")
+    checks = []
+    for r in results:
+        floor = base[(r.sessions, r.think_s)]
+        ratio = r.steps_per_s / floor.steps_per_s if floor.steps_per_s else float("nan")
+        cpu_ratio = floor.cpu_us_per_step / r.cpu_us_per_step if r.cpu_us_per_step else float("nan")
+        print(f"{r.server:<12} {r.sessions:>8} {r.think_s * 1e3:>8.0f} {r.steps:>7} {r.steps_per_s:>8,.0f} "
+              f"{r.p50_ms:>7.2f} {r.p99_ms:>7.2f} {r.cpu_us_per_step:>18,.0f} {ratio:>17.2f} {cpu_ratio:>5.2f} "
+              f"{r.lost:>5}")
+        if r.server == "driftcall":
+            checks.append(("no session lost", r.lost == 0))
+            if r.sessions == top and not r.think_s:
+                checks.append((f"steps/s >= {TARGET_RATIO:.0%} of the floor at {top} sessions", ratio >= TARGET_RATIO))
+            if r.sessions == top and r.think_s:
+                checks.append((f"p99 < {TARGET_P99_MS:g} ms at {top} paced sessions", r.p99_ms < TARGET_P99_MS))
+    if env_us is not None:
+        drift = next(r for r in results if r.server == "driftcall" and r.sessions == top and not r.think_s)
+        floor = base[(top, 0.0)]
+        print(f"in process, the same episodes cost {env_us:,.0f} CPU us/step (env only); over the wire at {top} "
+              f"sessions {drift.cpu_us_per_step:,.0f}: serving adds {drift.cpu_us_per_step - env_us:,.0f} us/step "
+              f"against the floor's {floor.cpu_us_per_step:,.0f} for everything")
+    print(f"machine: {os.cpu_count()} CPUs shared with other processes (load average "
+          f"{os.getloadavg()[0]:.1f}); server CPU us/step is the load-independent cost")
+    for name, ok in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    return all(ok for _, ok in checks)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m cells bench server")
+    parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=2)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per server, concurrency and round")
+    parser.add_argument("--max-steps", type=int, default=20_000, help="per server, concurrency and round")
+    parser.add_argument("--concurrency", default="1,64", help="comma-separated session counts")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the saturation runs")
+    parser.add_argument("--think-ms", type=float, default=200.0, help="paced run: pause before each step")
+    args = parser.parse_args(argv)
+    concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    results = bench_server(args.stage, args.seconds, args.max_steps, concurrency, args.rounds, args.think_ms)
+    env_us = in_process_us_per_step(args.stage, expert_scripts(args.stage, 200))
+    return 0 if print_results(results, env_us) else 1

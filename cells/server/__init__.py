@@ -1,0 +1,16 @@
+"""DriftCall as an OpenEnv server (DESIGN §7): `python -m cells serve`.
+
+    export DRIFTCALL_TOKEN=$(python -c "import secrets; print(secrets.token_urlsafe(32))")
+    export DRIFTCALL_JUDGE_TOKEN=$(python -c "import secrets; print(secrets.token_urlsafe(32))")  # optional
+    python -m cells serve --stage 2 --port 8000 [--max-sessions 64 --session-ttl 300]
+    python -m cells serve --insecure-local          # loopback only, no agent token
+    python -m cells bench server                    # throughput and latency against OpenEnv's floor
+
+Pieces: `app.py` (OpenEnv's `create_app` + error handlers + the per-session env factory),
+`middleware.py` (`Guard`: request ids, auth, limits, session cap and TTL), `client.py`
+(`DriftCallClient`, OpenEnv's `EnvClient`; `RemoteDriftCallEnv` for `rollout_batch`).
+The manifest is `openenv.yaml` at the repository root. Importing this package is light: OpenEnv
+(~4 s, it pulls gradio) loads only when an app or a client is built.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,202 @@
+"""The served app: OpenEnv's `create_app` over `DriftCallOpenEnv`, JSON error handlers, the `Guard`.
+
+    app = build_app(stage=2, token="...", judge_token="...")   # an ASGI app for uvicorn
+    serve(host="127.0.0.1", port=8000, stage=2)                 # tokens from DRIFTCALL_TOKEN / _JUDGE_TOKEN
+
+What OpenEnv gives (create_app): the routes, the WebSocket session protocol at `/ws` (one env per
+connection, messages handled one at a time, so steps within a session are serialised, each session's
+env on its own single worker thread), the schemas. What we add: `Guard` (middleware.py), error handlers
+that answer every failure with the JSON envelope (never a stack trace), typed 4xx for environment
+usage errors (OpenEnv would answer 500), and `ServedEnv`, which turns an unexpected exception in
+reset/step into an opaque reference for the client after logging the traceback here.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+import os
+from typing import Any
+
+from cells.server.middleware import REQUEST_ID, ROUTES, Guard, Limits, envelope
+
+TOKEN_ENV, JUDGE_TOKEN_ENV, STAGE_ENV = "DRIFTCALL_TOKEN", "DRIFTCALL_JUDGE_TOKEN", "DRIFTCALL_STAGE"
+MIN_TOKEN_CHARS = 16
+log = logging.getLogger("driftcall.server")
+
+
+class ServerConfigError(ValueError):
+    """The server would start insecure or misconfigured; the message says what to set."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_tokens(host: str, token: str | None, judge_token: str | None, insecure_local: bool) -> None:
+    """Refuse to start without an agent token, unless `--insecure-local` on a loopback host."""
+    if insecure_local and not is_loopback(host):
+        raise ServerConfigError(f"--insecure-local is for loopback hosts only, not {host!r}")
+    if not token and not insecure_local:
+        raise ServerConfigError(f"set {TOKEN_ENV} (>= {MIN_TOKEN_CHARS} chars), or pass --insecure-local on a "
+                                "loopback host")
+    for name, value in ((TOKEN_ENV, token), (JUDGE_TOKEN_ENV, judge_token)):
+        if value and len(value) < MIN_TOKEN_CHARS:
+            raise ServerConfigError(f"{name} must be at least {MIN_TOKEN_CHARS} characters, got {len(value)}")
+    if token and judge_token and token == judge_token:
+        raise ServerConfigError(f"{JUDGE_TOKEN_ENV} must differ from {TOKEN_ENV}: the judge view shows the schedule")
+
+
+def _served_env_cls() -> type:
+    from cells.openenv_env import DriftCallOpenEnv
+    from cells.step_10_env import EnvError
+
+    class ServedEnv(DriftCallOpenEnv):
+        """DriftCallOpenEnv as served: an unexpected exception (a bug) is logged with its traceback and
+        reaches the client as `internal error (ref ...)`, never as its text; usage errors pass through."""
+
+        def reset(self, *args: Any, **kwargs: Any) -> Any:
+            return self._guarded(super().reset, *args, **kwargs)
+
+        def step(self, *args: Any, **kwargs: Any) -> Any:
+            return self._guarded(super().step, *args, **kwargs)
+
+        # Defining the async variants makes OpenEnv call them on the event loop instead of handing each
+        # step to the session's worker thread: a step is ~0.5 ms of pure Python under the GIL, so the
+        # thread hop only added GIL hand-offs (bench server: several times lower steps/s at 64 sessions).
+        # Steps stay serialised per session: OpenEnv's WebSocket loop handles one message at a time.
+        async def reset_async(self, *args: Any, **kwargs: Any) -> Any:
+            return self.reset(*args, **kwargs)
+
+        async def step_async(self, *args: Any, **kwargs: Any) -> Any:
+            return self.step(*args, **kwargs)
+
+        @staticmethod
+        def _guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except EnvError:
+                raise
+            except Exception as exc:
+                ref = os.urandom(6).hex()
+                log.exception("internal error ref=%s", ref)
+                raise RuntimeError(f"internal error (ref {ref}); the server log has the details") from exc
+
+    return ServedEnv
+
+
+def build_app(stage: int = 1, *, token: str | None, judge_token: str | None = None,
+              limits: Limits | None = None) -> Guard:
+    """The ASGI app `serve` runs (tests run it under uvicorn too)."""
+    from openenv.core.env_server import ConcurrencyConfig, create_app
+
+    from cells.openenv_env import (
+        JUDGE_VIEW,
+        DriftCallActionModel,
+        DriftCallObservationModel,
+        DriftCallStateModel,
+    )
+
+    limits = limits or Limits()
+    served = _served_env_cls()
+    served(stage).reset(seed=0)  # warm the caches (drift catalogue, templates) before the first session
+    app = create_app(
+        functools.partial(served, stage), DriftCallActionModel, DriftCallObservationModel,
+        env_name="driftcall", state_cls=DriftCallStateModel, mode="simulation",
+        # the Guard enforces the cap (429) and the idle TTL; OpenEnv's reaper would free the env of a
+        # connected WebSocket while its loop still runs, so it stays off
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=limits.max_sessions, session_timeout=None),
+    )
+    app.title, app.version = "DriftCall environment (OpenEnv)", "0.1.0"
+    # serve (and document in /openapi.json) only what the Guard lets through: not OpenEnv's MCP and task
+    # routes (this env has neither) nor the docs pages (they load scripts from a CDN)
+    app.router.routes = [r for r in app.router.routes if getattr(r, "path", None) in ROUTES]
+    install_error_handlers(app)
+    return Guard(app, token=token, judge_token=judge_token, limits=limits, judge_flag=JUDGE_VIEW)
+
+
+def install_error_handlers(app: Any) -> None:
+    """Every error as the JSON envelope; environment usage errors as 409/422 instead of OpenEnv's 500."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import Response
+    from starlette.exceptions import HTTPException
+
+    from cells.openenv_env import ResetArgumentError
+    from cells.step_10_env import EnvError, InvalidActionError
+
+    def respond(status: int, code: str, message: str, **extra: Any) -> Response:
+        return Response(envelope(status, code, message, **extra), status_code=status, media_type="application/json",
+                        headers={"x-request-id": REQUEST_ID.get()})
+
+    async def on_http(_: Any, exc: HTTPException) -> Response:
+        detail = exc.detail
+        if isinstance(detail, list):  # OpenEnv's 422 for an invalid action: pydantic errors
+            return respond(exc.status_code, "invalid_action", "action does not match the action schema",
+                           details=_errors(detail))
+        return respond(exc.status_code, f"http_{exc.status_code}", str(detail)[:300])
+
+    async def on_validation(_: Any, exc: RequestValidationError) -> Response:
+        return respond(422, "invalid_request", "request does not match the schema", details=_errors(exc.errors()))
+
+    async def on_env(_: Any, exc: EnvError) -> Response:
+        if isinstance(exc, (InvalidActionError, ResetArgumentError)):
+            return respond(422, "invalid_action" if isinstance(exc, InvalidActionError) else "invalid_reset", str(exc))
+        return respond(409, "episode_state", f"{exc} (HTTP /reset and /step use a fresh env per call; play episodes "
+                                             "over the WebSocket at /ws)")
+
+    async def on_bug(_: Any, exc: Exception) -> Response:
+        log.error("internal error request_id=%s", REQUEST_ID.get(), exc_info=exc)
+        return respond(500, "internal_error", "internal error; the server log has the details")
+
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(EnvError, on_env)
+    app.add_exception_handler(Exception, on_bug)
+
+
+def _errors(errors: Any) -> list[dict[str, Any]]:
+    """pydantic errors without the echoed input or exception objects: location, message, type."""
+    out = []
+    for err in list(errors)[:20]:
+        if isinstance(err, dict):
+            out.append({"loc": [str(x) for x in err.get("loc", ())], "msg": str(err.get("msg", ""))[:200],
+                        "type": str(err.get("type", ""))})
+    return out
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, stage: int = 1, *, limits: Limits | None = None,
+          insecure_local: bool = False, log_level: str = "info") -> None:
+    """Run the server with uvicorn until interrupted (tokens from the environment)."""
+    import uvicorn
+
+    token, judge_token = os.environ.get(TOKEN_ENV) or None, os.environ.get(JUDGE_TOKEN_ENV) or None
+    check_tokens(host, token, judge_token, insecure_local)
+    limits = limits or Limits()
+    app = build_app(stage, token=token, judge_token=judge_token, limits=limits)
+    uvicorn.run(app, **uvicorn_options(limits), host=host, port=port, log_level=log_level)
+
+
+def uvicorn_options(limits: Limits) -> dict[str, Any]:
+    """What every launch (serve, tests, bench) passes to uvicorn."""
+    return {
+        "ws_max_size": 4 * limits.max_frame_bytes,  # transport cap; the Guard's frame limit answers first
+        "ws_per_message_deflate": False,  # no decompression bombs, less CPU per frame
+        "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 2,
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """`cells.server.app:app` (the manifest's entry): built from the environment on first access."""
+    if name == "app":
+        token, judge_token = os.environ.get(TOKEN_ENV) or None, os.environ.get(JUDGE_TOKEN_ENV) or None
+        check_tokens("127.0.0.1", token, judge_token, insecure_local=False)
+        app = build_app(int(os.environ.get(STAGE_ENV, "1")), token=token, judge_token=judge_token)
+        globals()["app"] = app
+        return app
+    raise AttributeError(name)

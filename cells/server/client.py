@@ -1,0 +1,122 @@
+"""Client side: OpenEnv's `EnvClient` typed for DriftCall, and `RemoteDriftCallEnv`, an env-like view of
+one remote session that `rollout_batch` and `play_episode`-style loops drive like a `DriftCallEnv`.
+
+    with RemoteDriftCallEnv("http://127.0.0.1:8000", token=T, judge_token=J) as env:
+        result = rollout_batch([env], [7], model=model, tokenizer=tok)     # result.episodes[0]: an Episode
+
+Observations come back as the core `DriftCallObservation` (what policies and `render_observation`
+read). `episode()` / `rewards()` need the judge token, because the `Episode` holds the drift schedule
+and the goal's hidden facts; an agent-token client plays and sees the reward on the final observation.
+There is no `goal` attribute (the server never sends the goal), so `rollout_batch` starts from the
+turn-0 utterance on the observation. Importing this module imports OpenEnv (~4 s).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
+
+from cells.openenv_env import (
+    DriftCallActionModel,
+    DriftCallObservationModel,
+    DriftCallStateModel,
+    from_observation_payload,
+)
+from cells.step_04_models import DriftCallAction, DriftCallObservation, Episode, Rewards
+from cells.step_10_env import EnvNotResetError, EpisodeNotDoneError
+
+
+class RemoteEnvError(RuntimeError):
+    """A remote call the client can tell is not allowed (no judge token, nothing played yet)."""
+
+
+class DriftCallClient(EnvClient[DriftCallActionModel, DriftCallObservationModel, DriftCallStateModel]):
+    """OpenEnv's WebSocket client for a DriftCall server (`headers` carries the bearer token)."""
+
+    def _step_payload(self, action: DriftCallActionModel) -> dict[str, Any]:
+        return action.model_dump(exclude_defaults=True)
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[DriftCallObservationModel]:
+        observation = DriftCallObservationModel(**payload["observation"], done=payload["done"],
+                                                reward=payload.get("reward"))
+        return StepResult(observation=observation, reward=payload.get("reward"), done=payload["done"])
+
+    def _parse_state(self, payload: dict[str, Any]) -> DriftCallStateModel:
+        return DriftCallStateModel(**payload)
+
+
+class RemoteDriftCallEnv:
+    """One server session with the DriftCallEnv surface: reset / step_text / step / truncate / done /
+    episode / rewards / close. Each instance holds one WebSocket (one server session) from first use."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, judge_token: str | None = None,
+                 message_timeout_s: float = 60.0) -> None:
+        secret = judge_token or token
+        headers = {"Authorization": f"Bearer {secret}"} if secret else None
+        self.client = DriftCallClient(base_url, headers=headers, message_timeout_s=message_timeout_s).sync()
+        self.is_judge = judge_token is not None
+        self._obs: DriftCallObservation | None = None
+        self._judged: tuple[Episode, Rewards] | None = None
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None) -> DriftCallObservation:
+        kwargs = {k: v for k, v in (("seed", seed), ("episode_id", episode_id)) if v is not None}
+        self._judged = None
+        return self._take(self.client.reset(**kwargs))
+
+    def step_text(self, text: str) -> DriftCallObservation:
+        """Send one raw model completion (parsed server-side exactly as in process)."""
+        return self._take(self.client.step(DriftCallActionModel(text=text)))
+
+    def step(self, action: DriftCallAction) -> DriftCallObservation:
+        model = DriftCallActionModel(action_type=action.action_type.value, tool=action.tool_name,
+                                     args=dict(action.tool_args), message=action.message,
+                                     confidence=action.confidence, rationale=action.rationale)
+        return self._take(self.client.step(model))
+
+    def truncate(self) -> None:
+        """End the running episode as a timeout (the rollout ran out of context)."""
+        self._take(self.client.step(DriftCallActionModel(truncate=True)))
+
+    @property
+    def done(self) -> bool:
+        return self._obs is not None and self._obs.done
+
+    def state(self) -> DriftCallStateModel:
+        """Agent view (episode id, turns, done); with the judge token also `.judge`."""
+        return self.client.state()
+
+    def episode(self) -> Episode:
+        return self._judge_view()[0]
+
+    def rewards(self) -> Rewards:
+        return self._judge_view()[1]
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> RemoteDriftCallEnv:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _take(self, result: StepResult[DriftCallObservationModel]) -> DriftCallObservation:
+        obs = result.observation
+        payload = {"observation": obs.model_dump(exclude={"done", "reward"}), "done": obs.done, "reward": obs.reward}
+        self._obs = from_observation_payload(payload)
+        return self._obs
+
+    def _judge_view(self) -> tuple[Episode, Rewards]:
+        if self._judged is None:
+            if not self.is_judge:
+                raise RemoteEnvError("episode()/rewards() need judge_token=: the Episode holds the drift schedule "
+                                     "and the goal's hidden facts; agents read the reward on the final observation")
+            if self._obs is None:
+                raise EnvNotResetError("call reset(seed) first")
+            if not self._obs.done:
+                raise EpisodeNotDoneError("the episode has not ended yet")
+            judge = self.client.state().judge or {}
+            self._judged = (Episode.from_dict(judge["episode"]), Rewards.from_dict(judge["rewards"]))
+        return self._judged

@@ -1,0 +1,84 @@
+"""cells/openenv_env.py in process: the pydantic boundary types, the judge view, reset arguments."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import pytest
+
+from cells.openenv_env import (
+    JUDGE_VIEW,
+    MAX_SEED,
+    ActionTypeName,
+    DriftCallActionModel,
+    DriftCallObservationModel,
+    DriftCallOpenEnv,
+    DriftCallStateModel,
+    ResetArgumentError,
+    from_observation_payload,
+)
+from cells.step_04_models import ActionType
+
+
+def test_action_kinds_match_the_core_enum() -> None:
+    assert set(typing.get_args(ActionTypeName)) == {a.value for a in ActionType}
+
+
+@pytest.mark.parametrize("fields", [{}, {"text": "x", "action_type": "speak"}, {"text": "x", "truncate": True},
+                                    {"bogus": 1}, {"action_type": "submit", "confidence": 1.5},
+                                    {"text": "x" * 16_001}])
+def test_action_model_refuses_ambiguous_or_out_of_range_actions(fields: dict) -> None:
+    with pytest.raises(ValueError):
+        DriftCallActionModel(**fields)
+
+
+def test_boundary_types_round_trip_through_json() -> None:
+    env = DriftCallOpenEnv(stage=2)
+    obs = env.reset(seed=5)
+    action = DriftCallActionModel(action_type="submit", message="done", confidence=0.5)
+    assert DriftCallActionModel.model_validate_json(action.model_dump_json()) == action
+    wire = DriftCallObservationModel.model_validate_json(obs.model_dump_json())
+    assert wire.model_dump() == obs.model_dump()
+    state = env.state
+    assert DriftCallStateModel.model_validate_json(state.model_dump_json()) == state
+    core = env.core.reset(seed=5)
+    payload = {"observation": obs.model_dump(exclude={"done", "reward"}), "done": obs.done, "reward": obs.reward}
+    assert from_observation_payload(json.loads(json.dumps(payload))).to_json() == core.to_json()
+
+
+def test_judge_view_only_when_the_flag_is_set() -> None:
+    env = DriftCallOpenEnv(stage=2)
+    assert env.state.episode_id is None and env.state.judge is None  # before reset: no error, nothing to show
+    env.reset(seed=3)
+    assert env.state.judge is None and "schedule" not in env.state.model_dump_json()
+    flag = JUDGE_VIEW.set(True)
+    try:
+        judge = env.state.judge
+        assert judge is not None and "schedule" in judge["state"] and "episode" not in judge
+        env.step(DriftCallActionModel(action_type="abort", message="bye"))
+        judge = env.state.judge
+        assert judge is not None and judge["episode"]["terminated_by"] == "abort" and "breakdown" in judge["rewards"]
+    finally:
+        JUDGE_VIEW.reset(flag)
+
+
+def test_truncate_ends_a_running_episode_with_its_reward() -> None:
+    env = DriftCallOpenEnv(stage=1)
+    env.reset(seed=1)
+    env.step(DriftCallActionModel(text='{"action":"speak","message":"hi"}'))
+    obs = env.step(DriftCallActionModel(truncate=True))
+    assert obs.done and obs.reward == env.core.rewards().reward and obs.turn == 1
+    assert env.core.episode().terminated_by.value == "timeout"
+
+
+@pytest.mark.parametrize("kwargs", [{"seed": -1}, {"seed": MAX_SEED + 1}, {"seed": True}, {"seed": "7"},
+                                    {"episode_id": "a b"}, {"episode_id": "x" * 129}, {"stage": 3}])
+def test_reset_refuses_bad_arguments_and_leaves_the_env_alone(kwargs: dict) -> None:
+    env = DriftCallOpenEnv(stage=1)
+    env.reset(seed=2)
+    before = env.state
+    with pytest.raises(ResetArgumentError):
+        env.reset(**kwargs)
+    assert env.state == before
+    assert env.reset(seed=MAX_SEED, episode_id="ok-1.2:3").turn == 0
