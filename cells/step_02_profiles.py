@@ -104,10 +104,16 @@ class Profile:
     steps_per_stage: tuple[int, int, int] = (2, 2, 2)
     save_every: int = 1
     # --- warm start (step 15) ---
-    sft_episodes: int = 16
+    # True (CPU profiles): the warm start trains ALL weights of the never-pretrained tiny model, which then
+    # plays the role a pretrained Gemma plays on GPU: saved as the base, KL reference for GRPO, and GRPO
+    # trains a fresh LoRA on top. False (GPU profiles): the warm start trains the LoRA on the pretrained model.
+    warm_start_full: bool = False
+    sft_episodes: int = 16  # fresh expert episodes (each seen sft_epochs times); split evenly over sft_stages
     sft_epochs: int = 1
     sft_learning_rate: float = 1e-4
     sft_batch_size: int = 0  # conversations per SFT optimiser step; 0 = num_generations (the original behaviour)
+    sft_lr_scheduler: str = "constant"  # transformers scheduler name; full warm starts decay (cosine)
+    sft_warmup_ratio: float = 0.0
     sft_stages: tuple[int, ...] = (1,)  # curriculum stages the expert conversations are split evenly over
     warm_start_eval_per_cell: int = 1  # held-out seeds per (stage, language) for the post-warm-start parse rate; 0 skips it
     # --- evaluation (steps 18-20) ---
@@ -149,6 +155,17 @@ class Profile:
             raise ProfileError(f"precision must be fp32, bf16 or fp16, got {self.precision!r}")
         if self.max_new_tokens_per_turn <= 0 or self.max_episode_tokens <= self.max_new_tokens_per_turn:
             raise ProfileError("max_episode_tokens must exceed max_new_tokens_per_turn (> 0)")
+        if self.warm_start_full and self.model_id is not None:
+            raise ProfileError(
+                f"profile {self.name!r}: warm_start_full trains every weight of the local tiny model; a Hub model "
+                f"({self.model_id}) is already pretrained and trains a LoRA. Set warm_start_full=False or model_id=None"
+            )
+        if self.warm_start_full and self.lora_modules_to_save:
+            raise ProfileError(
+                f"profile {self.name!r}: with warm_start_full the embeddings are trained in the warm start; "
+                f"lora_modules_to_save={self.lora_modules_to_save} would also copy them into every GRPO adapter. "
+                "Set lora_modules_to_save=()"
+            )
 
     def languages_for_stage(self, stage: int) -> dict[str, float]:
         """Language sampling weights for curriculum stage 1, 2 or 3."""
@@ -172,35 +189,39 @@ PROFILES: dict[str, Profile] = {
         _BASE,
         name="cpu-smoke",
         tiny=TinyModelRecipe(vocab_size=4096),  # 4096 + merged JSON tokens: an action is ~10 tokens, episodes ~2x shorter
-        lora_modules_to_save=("embed_tokens",),  # LoRA alone on random frozen weights learned no parsable action
+        warm_start_full=True,  # never pretrained: the warm start trains every weight, GRPO a LoRA on top
         learning_rate=5e-4,  # tiny randomly initialised models need a far larger step than 5e-6
         max_new_tokens_per_turn=64,  # one JSON action is ~10-40 tokens of the project tokenizer
         max_episode_tokens=768,  # a warm-started model emits valid actions until the turn budget: caps eval/GRPO time
         pass_k=2,  # sampled eval trials cost as much as greedy ones; 2 still exercises pass^k
-        sft_episodes=48,  # measured: 48 x 3 epochs (144 steps) -> 87.6% valid actions on held-out turns vs 0% with 16 x 1
-        sft_epochs=3,
-        sft_learning_rate=1e-2,  # from-scratch embeddings: 1e-3 left the loss at 6.2 after 16 steps
-        sft_batch_size=1,  # more, smaller steps learn faster per CPU second on this tiny model
+        sft_episodes=120,  # 15 SFT steps of 8 fresh episodes: wiring, in ~30 s
+        sft_learning_rate=5e-3,  # from-scratch weights, few steps: a large step
+        sft_batch_size=8,
+        sft_lr_scheduler="cosine",
+        sft_warmup_ratio=0.1,
         sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
     ),
-    # Meant to show learning on the real env (~25 min): larger tiny model, more warm start and GRPO steps.
-    # Measured: warm start 40% valid actions, GRPO gain not yet significant (README "Measured here").
+    # Meant to show learning on the real env in <= 60 min on 2 CPU cores: a small model trained with all
+    # weights on a stream of fresh expert episodes, then GRPO (a LoRA) on top of it.
     "cpu-learn": dataclasses.replace(
         _BASE,
         name="cpu-learn",
-        tiny=TinyModelRecipe(vocab_size=4096, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                             num_attention_heads=4),  # 4096 + merged JSON tokens: an action is ~10 tokens
-        lora_modules_to_save=("embed_tokens",),  # LoRA alone on random frozen weights learned no parsable action
-        learning_rate=2e-4,  # embeddings train in full here; 3e-4+ risks undoing the warm start in a few steps
+        # ~644k params. Issue 10's calibration: on these cores tokens/s buys more than parameters; this shape
+        # (hidden 96, 3 layers) trained ~1.8x faster per token than hidden 128 / 4 layers and learned more in 25 min.
+        tiny=TinyModelRecipe(vocab_size=4096, hidden_size=96, intermediate_size=192, num_hidden_layers=3,
+                             num_attention_heads=2, num_key_value_heads=1, head_dim=48),
+        warm_start_full=True,  # never pretrained: the warm start trains every weight, GRPO a LoRA on top
+        learning_rate=2e-4,  # LoRA on the warm-started base; 3e-4+ risks undoing the warm start in a few steps
         max_new_tokens_per_turn=64,
         max_episode_tokens=1024,  # expert episodes are ~400-900 tokens with the merged-JSON tokenizer; caps looping rollouts
-        steps_per_stage=(15, 15, 15),  # measured ~40 s per GRPO step on 2 shared cores: 45 steps ~30 min
+        steps_per_stage=(15, 15, 15),
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
         adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
-        sft_episodes=150,  # 50 per stage x 2 epochs = 300 SFT steps (~10 min)
-        sft_epochs=2,
-        sft_learning_rate=5e-3,  # from-scratch embeddings need a large step; 1e-2 (smoke) is for the smaller model
-        sft_batch_size=1,  # more, smaller steps learn faster per CPU second
+        sft_episodes=12_000,  # each seen once: ~9M tokens, ~25 min at the measured training tokens/s
+        sft_learning_rate=3e-3,
+        sft_batch_size=8,
+        sft_lr_scheduler="cosine",
+        sft_warmup_ratio=0.03,
         sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
         eval_episodes_per_cell=6,
         pass_k=2,  # sampled trials cost as much as greedy ones; 2 keeps the final eval ~10 min

@@ -10,7 +10,11 @@ Three paths, chosen from the profile and what is installed:
 3. CPU profiles (`profile.model_id is None`): a tiny Gemma-3-architecture model
    (`Gemma3ForCausalLM` from `profile.tiny`) with a byte-level BPE tokenizer trained on the
    project's own corpus (see `cells/modeling/tiny.py`), built offline in seconds and cached under
-   `<run_dir>/tiny_model/<digest>/`; wrapped with the same LoRA so only the adapter trains.
+   `<run_dir>/tiny_model/<digest>/`. It has never been pretrained, so with `profile.warm_start_full`
+   (cpu-smoke, cpu-learn) step 12 returns the plain model: step 15's warm start trains ALL its weights,
+   saves the result as the base (the role `gemma-3-1b-it` plays on GPU) and only then wraps it with
+   the GRPO LoRA (`attach_adapter`), so the adapter-disabled model, GRPO's KL reference, is the
+   warm-started model. Without `warm_start_full` it is wrapped with the LoRA here, like the Hub paths.
 
 Why each model fits its hardware:
 - colab-t4 (16 GB, no bf16): Gemma 3 1B-it in 4-bit NF4 is ~1 GB of weights; LoRA r16 on all seven
@@ -18,8 +22,9 @@ Why each model fits its hardware:
   holds G=4 episodes of ~2k tokens of activations with Unsloth's gradient checkpointing. fp16 compute.
 - colab-a100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 is ~8.6 GB of weights; LoRA r16 ~30 M params;
   G=8 episodes of ~3k tokens fit with checkpointing in 40 GB, comfortably in 80 GB.
-- cpu-smoke / cpu-learn: ~0.1-1 M parameter models (hidden 64-128, 2-4 layers, vocab <= 2048) run
-  a GRPO step in about a second on 2 cores.
+- cpu-smoke / cpu-learn: ~0.6 M parameter models (hidden 64-96, 2-3 layers, vocab 4096). On 2 cores
+  tokens/s buys more than parameters (issue 10's calibration: a 634k model at ~12,000 training tokens/s
+  beat a 1.08M one at ~6,600 in the same 25 minutes), so the learning profile stays this small.
 
 Reads `ctx.profile`, `ctx.run_dir`, `ctx.runtime` (optional); writes `ctx.model`, `ctx.tokenizer`,
 `ctx.artifacts["tiny_model"]` (CPU profiles).
@@ -138,19 +143,25 @@ def boot_transformers(profile: Profile) -> tuple[Any, Any]:
 
 
 def boot_tiny(profile: Profile, run_dir: Path) -> tuple[Any, Any]:
-    """Path 3: the cached tiny Gemma-architecture model + corpus tokenizer, with LoRA."""
-    from peft import get_peft_model
-
+    """Path 3: the cached tiny Gemma-architecture model + corpus tokenizer; plain with `warm_start_full`
+    (step 15 trains every weight, then calls `attach_adapter`), else wrapped with the LoRA."""
     from cells.modeling.tiny import build_or_load_tiny
 
     if profile.tiny is None:
         raise ModelBootError(f"profile {profile.name!r} has neither model_id nor a tiny recipe")
     base, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
-    return get_peft_model(base, lora_config(profile)), tokenizer
+    return (base if profile.warm_start_full else attach_adapter(base, profile)), tokenizer
+
+
+def attach_adapter(base: Any, profile: Profile) -> Any:
+    """Wrap a plain model with the profile's fresh LoRA (B = 0: the wrapped model computes what `base` does)."""
+    from peft import get_peft_model
+
+    return get_peft_model(base, lora_config(profile))
 
 
 def boot_model(profile: Profile, run_dir: Path | str) -> tuple[Any, Any]:
-    """Return `(peft_model, tokenizer)` for `profile` (see the module docstring for the paths)."""
+    """Return `(model, tokenizer)`: a peft model, or the plain tiny model with `warm_start_full` (see above)."""
     if profile.model_id is None:
         model, tokenizer = boot_tiny(profile, Path(run_dir))
     elif profile.use_unsloth and importlib.util.find_spec("unsloth") is not None:

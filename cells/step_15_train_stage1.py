@@ -1,21 +1,25 @@
 """Step 15 - train stage 1: supervised warm start on expert trajectories, then GRPO without drift.
 
-1. Warm start: the expert policy (step 11) plays `profile.sft_episodes` episodes split evenly over
-   `profile.sft_stages` (cpu profiles: 1-3, so drift handling is in the data); their conversations
-   train the adapter with TRL's `SFTTrainer`, loss on assistant tokens only
-   (`cells.training.warm_start`). The adapter is saved to `training/warm_start/adapter`; a rerun
-   with that adapter present loads it instead of training again. Then the warm-started model plays
+1. Warm start: the expert policy (step 11) plays `profile.sft_episodes` fresh episodes split evenly
+   over `profile.sft_stages` (cpu profiles: 1-3, so drift handling is in the data), goals drawn with
+   each stage's `language_weights`; TRL's `SFTTrainer` trains on them once each, batches grouped by
+   length, loss on assistant tokens only (`cells.training.warm_start`, `cells.training.sft_data`).
+   CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to
+   `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
+   is the warm-started model); GPU profiles train the LoRA and save `training/warm_start/adapter`.
+   A rerun with the saved warm start present loads it instead of training again. Then the warm-started model plays
    `eval_plan(profile.warm_start_eval_per_cell)` held-out seeds greedily and the valid-action share
    is printed and stored (`ctx.trainer_state["warm_start_eval"]`, a `WarmStartEval`).
 2. GRPO stage 1 (no drift) up to global step `steps_per_stage[0]`, checkpointing adapter-only
    with a `driftcall_meta.json` sidecar under `training/stage1/`, a row per step in
    `training/metrics.csv`. An interrupted stage resumes from its latest checkpoint on rerun.
 
-Reads `ctx.profile`, `ctx.model` (peft model), `ctx.tokenizer`.
+Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_full`), `ctx.tokenizer`.
 Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
-Time: cpu-smoke ~1 min; cpu-learn ~10-20 min; colab-t4 ~1 h (estimates, not yet measured end to end).
+Time: cpu-smoke ~1 min; cpu-learn: warm start ~25 min (it prints its training tokens/s), GRPO stage 1
+a few minutes; colab-t4 ~1 h (estimate).
 
 `build_stage_trainer` is the single place that wires the env, expert and trainer classes;
 steps 16 and 17 call it too.
@@ -37,11 +41,13 @@ SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.see
 
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
-    """Expert-policy conversations (chat `messages` lists). The only import of step 11's expert."""
-    from cells.step_11_agent import expert_conversations
+    """`n` fresh expert conversations (chat `messages` lists) of `stage`, goals drawn with that stage's
+    `language_weights`, on the stage's own block of training seeds."""
+    from cells.training.sft_data import EpisodePlanItem, generate_conversations
 
-    seed = ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE
-    return [list(c) for c in expert_conversations(n, stage=stage, tokenizer=ctx.tokenizer, seed=seed)]
+    item = EpisodePlanItem(stage, n, tuple(ctx.profile.language_weights[stage - 1]),
+                           ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE)
+    return generate_conversations([item], progress=n >= 500)
 
 
 def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -53,7 +59,7 @@ def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
 
 
 def warm_start_conversations(ctx: Context) -> list[list[dict[str, Any]]]:
-    """`profile.sft_episodes` expert conversations over `profile.sft_stages`, interleaved by stage."""
+    """`profile.sft_episodes` fresh expert conversations over `profile.sft_stages`, interleaved by stage."""
     per_stage = [expert_conversations_for(ctx, k, s) for s, k in stage_split(ctx.profile.sft_episodes,
                                                                               ctx.profile.sft_stages) if k]
     longest = max((len(c) for c in per_stage), default=0)
@@ -86,6 +92,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         stage_base_seed=TRAIN_SEEDS.seed((stage - 1) * 100_000_000),  # disjoint seed block per stage
         language_weights=languages, tokenizer=ctx.tokenizer,
     )
+    ensure_grpo_policy(ctx)
     trainer_cls = make_driftcall_grpo_trainer_cls()
     return trainer_cls(
         model=ctx.model,
@@ -103,26 +110,79 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
 
 
 def warm_start(ctx: Context) -> WarmStartResult:
-    """SFT the adapter on expert stage-1 conversations (or reuse a saved warm-start adapter)."""
+    """SFT on fresh expert conversations, or reuse a saved warm start.
+
+    `profile.warm_start_full` (CPU): every weight of the plain tiny model trains; the result is saved to
+    `training/warm_start/model` and `ctx.model` becomes that model wrapped with a fresh GRPO LoRA.
+    Otherwise the LoRA adapter of `ctx.model` trains and is saved to `training/warm_start/adapter`.
+    """
     from cells.training.checkpoints import load_adapter_weights
     from cells.training.stages import training_root
-    from cells.training.warm_start import WarmStartResult, sft_warm_start
+    from cells.training.warm_start import WarmStartResult
 
+    p = ctx.profile
     out = training_root(ctx) / "warm_start"
-    adapter = out / "adapter"
-    if (adapter / "adapter_model.safetensors").is_file():
+    adapter = out / ("model" if p.warm_start_full else "adapter")
+    if p.warm_start_full:
+        result = _full_warm_start(ctx, out, adapter)
+    elif (adapter / "adapter_model.safetensors").is_file():
         load_adapter_weights(ctx.model, adapter)
         result = WarmStartResult(adapter, 0, 0, 0, 0, ())
     else:
-        p = ctx.profile
-        result = sft_warm_start(
-            ctx.model, ctx.tokenizer, warm_start_conversations(ctx), out,
-            learning_rate=p.sft_learning_rate, epochs=p.sft_epochs, batch_size=p.sft_batch_size or p.num_generations,
-            max_length=p.max_prompt_tokens + p.max_episode_tokens,  # turn-0 prompt + the whole episode
-            seed=p.seed, use_cpu=p.is_cpu, bf16=p.precision == "bf16", fp16=p.precision == "fp16",
-        )
+        result = _train(ctx, ctx.model, out)
     ctx.trainer_state["warm_start"] = result
     ctx.artifacts["warm_start_adapter"] = adapter
+    return result
+
+
+def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
+    """Generate the fresh expert episodes, tokenize them and run `SFTTrainer` (progress bars on each)."""
+    from cells.training.sft_data import tokenize_all
+    from cells.training.warm_start import sft_warm_start
+
+    p = ctx.profile
+    dataset = tokenize_all(ctx.tokenizer, warm_start_conversations(ctx), progress=True)
+    result = sft_warm_start(
+        model, ctx.tokenizer, dataset, out,
+        learning_rate=p.sft_learning_rate, epochs=p.sft_epochs, batch_size=p.sft_batch_size or p.num_generations,
+        max_length=p.max_prompt_tokens + p.max_episode_tokens,  # turn-0 prompt + the whole episode
+        seed=p.seed, use_cpu=p.is_cpu, bf16=p.precision == "bf16", fp16=p.precision == "fp16",
+        lr_scheduler_type=p.sft_lr_scheduler, warmup_ratio=p.sft_warmup_ratio,
+    )
+    print(f"[warm start] {result.tokens:,} tokens ({result.trained_tokens:,} trained) in {result.seconds:.0f}s: "
+          f"{result.tokens_per_s:,.0f} training tokens/s")
+    return result
+
+
+def ensure_grpo_policy(ctx: Context) -> None:
+    """With `warm_start_full`, GRPO needs the warm-started model under a LoRA; load the saved one if `ctx.model`
+    is still the plain boot (e.g. `--steps 12,16` in a new process after step 15 ran)."""
+    if not ctx.profile.warm_start_full or hasattr(ctx.model, "peft_config"):
+        return
+    from cells.training.stages import training_root
+
+    model_dir = training_root(ctx) / "warm_start" / "model"
+    if not (model_dir / "model.safetensors").is_file():
+        raise RuntimeError(f"profile {ctx.profile.name!r} trains GRPO on the warm-started model, but {model_dir} "
+                           "has none: run step 15 first")
+    _full_warm_start(ctx, model_dir.parent, model_dir)
+
+
+def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResult:
+    """Train (or reload) every weight of the tiny base, then put the GRPO LoRA on top of it."""
+    from cells.step_12_model import attach_adapter
+    from cells.training.warm_start import WarmStartResult
+
+    base = ctx.model.unload() if hasattr(ctx.model, "peft_config") else ctx.model  # rerun in one session
+    if (model_dir / "model.safetensors").is_file():
+        import torch
+
+        base = type(base).from_pretrained(str(model_dir), dtype=torch.float32)
+        result = WarmStartResult(model_dir, 0, 0, 0, 0, (), full_model=True)
+    else:
+        base.requires_grad_(True)
+        result = _train(ctx, base, out)
+    ctx.model = attach_adapter(base, ctx.profile)  # adapter off = the warm-started model = GRPO's KL reference
     return result
 
 

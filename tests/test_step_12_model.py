@@ -63,17 +63,49 @@ def test_chat_template_folds_system_and_adds_generation_prompt(booted):
     assert turn.endswith("<start_of_turn>model\nok<end_of_turn>\n")
 
 
-def test_only_the_adapter_trains(booted):
+def test_cpu_profiles_boot_the_plain_tiny_model_with_every_weight_trainable(booted):
     model, _, _ = booted
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    # LoRA matrices, plus (tiny CPU profiles) the embeddings' trainable copy peft keeps inside the adapter
-    assert trainable and all("lora_" in n or "modules_to_save" in n for n in trainable)
-    assert any("modules_to_save" in n for n in trainable) == bool(get_profile("cpu-smoke").lora_modules_to_save)
-    targets = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable if "lora_" in n}
-    assert targets == set(get_profile("cpu-smoke").lora_targets)
+    assert get_profile("cpu-smoke").warm_start_full and get_profile("cpu-learn").warm_start_full
+    assert type(model).__name__ == "Gemma3ForCausalLM" and not hasattr(model, "peft_config")
     counts = s12.count_parameters(model)
+    assert counts.trainable == counts.total > 0  # the warm start trains all of it (step 15)
+
+
+def test_only_the_adapter_trains_once_attached(booted):
+    import torch
+
+    model, tok, _ = booted
+    profile = get_profile("cpu-smoke")
+    ids = torch.tensor([tok("hello world", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    wrapped = s12.attach_adapter(model, profile)
+    trainable = [n for n, p in wrapped.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    targets = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable if "lora_" in n}
+    assert targets == set(profile.lora_targets)
+    counts = s12.count_parameters(wrapped)
     assert 0 < counts.trainable < counts.total
-    assert type(model.get_base_model()).__name__ == "Gemma3ForCausalLM"
+    with torch.no_grad():  # a fresh adapter computes exactly what the base does (the KL reference)
+        torch.testing.assert_close(wrapped(input_ids=ids).logits, before)
+    wrapped.unload()  # give the module-scoped fixture its plain model back
+
+
+def test_lora_profiles_still_boot_wrapped(tmp_path):
+    profile = dataclasses.replace(get_profile("cpu-smoke"), warm_start_full=False, lora_modules_to_save=("embed_tokens",))
+    model, _ = s12.boot_model(profile, tmp_path)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n or "modules_to_save" in n for n in trainable)
+    assert any("modules_to_save" in n for n in trainable)
+
+
+def test_warm_start_full_needs_a_tiny_model_and_no_embedding_copies():
+    from cells.step_02_profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="warm_start_full"):
+        dataclasses.replace(get_profile("colab-t4"), warm_start_full=True)
+    with pytest.raises(ProfileError, match="lora_modules_to_save"):
+        dataclasses.replace(get_profile("cpu-smoke"), lora_modules_to_save=("embed_tokens",))
 
 
 def test_cache_is_reused_and_deterministic(booted):
@@ -81,8 +113,8 @@ def test_cache_is_reused_and_deterministic(booted):
     dirs = [p for p in (run_dir / "tiny_model").iterdir() if not p.name.endswith(".tmp")]
     assert len(dirs) == 1
     again, _ = s12.boot_model(get_profile("cpu-smoke"), run_dir)
-    a = model.get_base_model().model.embed_tokens.weight
-    b = again.get_base_model().model.embed_tokens.weight
+    a = model.model.embed_tokens.weight
+    b = again.model.embed_tokens.weight
     assert a.shape == b.shape and bool((a == b).all())
     assert len([p for p in (run_dir / "tiny_model").iterdir()]) == 1
 

@@ -271,8 +271,8 @@ def test_trained_embeddings_stay_tied_and_inside_the_adapter(tmp_path):
     tok = tiny_tokenizer()
     base = tiny_model(tok, lora=False)
     before = base.get_input_embeddings().weight.detach().clone()
-    profile = dataclasses.replace(get_profile("cpu-smoke"), lora_targets=("q_proj", "v_proj"))
-    assert profile.lora_modules_to_save == ("embed_tokens",)
+    profile = dataclasses.replace(get_profile("cpu-smoke"), lora_targets=("q_proj", "v_proj"), warm_start_full=False,
+                                  lora_modules_to_save=("embed_tokens",))  # the LoRA-only warm start (pre issue 10)
     model = get_peft_model(base, lora_config(profile))
     result = sft_warm_start(model, tok, [CONV] * 4, tmp_path, learning_rate=1e-2, epochs=2, batch_size=2,
                             disable_tqdm=True)
@@ -293,3 +293,101 @@ def test_trained_embeddings_stay_tied_and_inside_the_adapter(tmp_path):
     load_adapter_weights(fresh, result.adapter_dir)
     assert torch.equal(fresh.get_input_embeddings().weight, emb)
     assert torch.equal(fresh.get_output_embeddings().weight, emb)
+
+
+# ---------------------------------------------------------------- full warm start (CPU profiles)
+
+
+def _full_ctx(tmp_path, monkeypatch, seed=0):
+    import cells.step_15_train_stage1 as s15
+
+    monkeypatch.setattr(s15, "expert_conversations_for", lambda ctx, n, stage: [CONV] * n)
+    profile = dataclasses.replace(get_profile("cpu-smoke"), sft_episodes=8, sft_stages=(1,), sft_batch_size=4,
+                                  sft_learning_rate=3e-3, warm_start_eval_per_cell=0)
+    ctx = Context(profile=profile, run_dir=tmp_path)
+    ctx.tokenizer = tiny_tokenizer()
+    ctx.model = tiny_model(ctx.tokenizer, seed=seed, lora=False)
+    return ctx
+
+
+def _ids(tok):
+    return torch.tensor([tok.apply_chat_template(CONV[:3], tokenize=True, return_dict=False)])
+
+
+def test_full_warm_start_trains_every_weight_saves_the_base_and_puts_a_fresh_lora_on_top(tmp_path, monkeypatch):
+    from cells.step_15_train_stage1 import warm_start
+
+    ctx = _full_ctx(tmp_path, monkeypatch)
+    initial = {k: v.clone() for k, v in ctx.model.state_dict().items()}
+    result = warm_start(ctx)
+    assert result.full_model and result.steps == 2 and result.examples == 8
+    assert result.saved_dir == tmp_path / "training" / "warm_start" / "model"
+    assert result.tokens > result.trained_tokens > 0 and result.tokens_per_s > 0
+    assert result.losses[-1] < result.losses[0]
+    saved = load_file(str(result.saved_dir / "model.safetensors"))
+    # every weight moved (attention, MLP, norms, embeddings), not just an adapter
+    moved = {k for k, v in saved.items() if not torch.equal(v, initial[k])}
+    assert moved == set(saved)
+    # GRPO's policy: a fresh LoRA over the warm-started model; adapter off = the KL reference = the saved model
+    assert hasattr(ctx.model, "peft_config")
+    trainable = [n for n, p in ctx.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    base = ctx.model.get_base_model().state_dict()
+    for key, value in saved.items():
+        torch.testing.assert_close(base[key.replace(".weight", ".base_layer.weight")] if key not in base else base[key],
+                                   value)
+    ids = _ids(ctx.tokenizer)
+    with torch.no_grad():
+        policy = ctx.model(input_ids=ids).logits
+        with ctx.model.disable_adapter():
+            reference = ctx.model(input_ids=ids).logits
+    torch.testing.assert_close(policy, reference)
+
+
+def test_full_warm_start_is_reloaded_not_retrained(tmp_path, monkeypatch):
+    from cells.step_15_train_stage1 import warm_start
+
+    first = _full_ctx(tmp_path, monkeypatch)
+    warm_start(first)
+    again = _full_ctx(tmp_path, monkeypatch, seed=1)  # a different random init: must be replaced by the saved one
+    result = warm_start(again)
+    assert result.full_model and result.steps == 0
+    ids = _ids(again.tokenizer)
+    with torch.no_grad(), first.model.disable_adapter(), again.model.disable_adapter():
+        torch.testing.assert_close(again.model(input_ids=ids).logits, first.model(input_ids=ids).logits)
+
+
+def test_right_pad_collator_without_padding_mask_gives_the_masked_logits_on_real_tokens():
+    from cells.training.sft_data import RightPadCollator
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, lora=False).eval()
+    long, short = tokenize_conversation(tok, CONV), tokenize_conversation(tok, CONV[:3])
+    rows = [{"input_ids": list(t.input_ids), "labels": list(t.labels)} for t in (long, short)]
+    collator = RightPadCollator(tok.pad_token_id)
+    batch = collator(rows)
+    n = len(short.input_ids)
+    assert batch["attention_mask"].all() and (batch["input_ids"][1, n:] == tok.pad_token_id).all()
+    assert (batch["labels"][1, n:] == IGNORE_INDEX).all()
+    assert collator.tokens == len(long.input_ids) + n and collator.padded == 2 * len(long.input_ids)
+    assert collator.labelled == long.n_trained + short.n_trained
+    masked = batch["attention_mask"].clone()
+    masked[1, n:] = 0
+    with torch.no_grad():
+        fast = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        exact = model(input_ids=batch["input_ids"], attention_mask=masked).logits
+        alone = model(input_ids=batch["input_ids"][1:, :n]).logits
+    torch.testing.assert_close(fast[1, :n], exact[1, :n], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fast[1, :n], alone[0], rtol=1e-4, atol=1e-5)
+
+
+def test_expert_episodes_follow_the_stage_language_weights(tmp_path):
+    from cells.step_15_train_stage1 import expert_conversations_for
+
+    tamil = tuple((lang, 1.0 if lang == "ta" else 0.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
+    profile = dataclasses.replace(get_profile("cpu-smoke"), language_weights=(tamil, tamil, tamil))
+    convs = expert_conversations_for(Context(profile=profile, run_dir=tmp_path), 4, 2)
+    assert len(convs) == 4
+    assert all(any("\u0b80" <= ch <= "\u0bff" for ch in c[1]["content"]) for c in convs)  # Tamil script utterances
+    uniform = expert_conversations_for(Context(profile=get_profile("cpu-smoke"), run_dir=tmp_path), 4, 2)
+    assert [c[1]["content"] for c in uniform] != [c[1]["content"] for c in convs]

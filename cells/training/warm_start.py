@@ -13,6 +13,10 @@ first stop token (`<end_of_turn>` / eos), which is where generation stops in a r
 glue after it (the newline) is not. Each segment is tokenized separately, as the rollout does.
 A template that is not prefix-preserving (a later render rewrites earlier text) raises.
 
+`sft_warm_start` trains a peft adapter (GPU profiles) or every weight of a plain model (the CPU
+full warm start, whose result becomes the GRPO base and KL reference); data and batching live in
+`cells.training.sft_data`.
+
 This avoids TRL's `assistant_only_loss`, which needs `{% generation %}` markers in the template
 (Gemma's has none, and our project tokenizer's template should render exactly like Gemma's).
 The pre-tokenized dataset (`input_ids` + `labels`) is used by TRL 1.16 as is.
@@ -20,6 +24,7 @@ The pre-tokenized dataset (`input_ids` + `labels`) is used by TRL 1.16 as is.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,22 +52,36 @@ class TokenizedConversation:
 
 @dataclass(frozen=True)
 class WarmStartResult:
-    """What the warm start did."""
+    """What the warm start did. `saved_dir` holds the adapter, or the whole model when `full_model`."""
 
-    adapter_dir: Path
+    saved_dir: Path
     examples: int
-    tokens: int
-    trained_tokens: int
+    tokens: int  # real (unpadded) tokens the trainer saw, epochs included
+    trained_tokens: int  # of those, tokens carrying a label (assistant turns)
     steps: int
     losses: tuple[float, ...]  # training loss per logged step
+    seconds: float = 0.0  # wall time of `trainer.train()` (0 when a saved warm start was reused)
+    full_model: bool = False
+
+    @property
+    def adapter_dir(self) -> Path:
+        """Alias kept for callers written before full-model warm starts."""
+        return self.saved_dir
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "adapter_dir": str(self.adapter_dir),
+            "saved_dir": str(self.saved_dir),
+            "full_model": self.full_model,
             "examples": self.examples,
             "tokens": self.tokens,
             "trained_tokens": self.trained_tokens,
             "steps": self.steps,
+            "seconds": round(self.seconds, 3),
+            "tokens_per_s": round(self.tokens_per_s, 1),
             "losses": list(self.losses),
         }
 
@@ -160,23 +179,21 @@ def tokenize_conversation(tokenizer: Any, messages: Sequence[dict[str, Any]]) ->
     return TokenizedConversation(tuple(input_ids), tuple(labels))
 
 
-def build_sft_dataset(tokenizer: Any, conversations: Sequence[Sequence[dict[str, Any]]]) -> Any:
-    """A `datasets.Dataset` with `input_ids` and `labels` columns."""
-    from datasets import Dataset
+def build_sft_dataset(tokenizer: Any, conversations: Sequence[Sequence[dict[str, Any]]], progress: bool = False) -> Any:
+    """A `datasets.Dataset` with `input_ids`, `labels` and `length` columns."""
+    from cells.training.sft_data import tokenize_all
 
-    rows = []
-    for conv in conversations:
-        tc = tokenize_conversation(tokenizer, conv)
-        rows.append({"input_ids": list(tc.input_ids), "labels": list(tc.labels)})
-    if not rows:
-        raise WarmStartError("no conversations to warm-start on; generate expert trajectories first")
-    return Dataset.from_list(rows)
+    return tokenize_all(tokenizer, conversations, progress=progress)
+
+
+def is_peft_model(model: Any) -> bool:
+    return hasattr(model, "peft_config")
 
 
 def sft_warm_start(
     model: Any,
     tokenizer: Any,
-    conversations: Sequence[Sequence[dict[str, Any]]],
+    conversations: Sequence[Sequence[dict[str, Any]]] | Any,
     output_dir: str | Path,
     *,
     learning_rate: float = 1e-4,
@@ -186,13 +203,27 @@ def sft_warm_start(
     seed: int = 0,
     use_cpu: bool = True,
     bf16: bool = False,
+    lr_scheduler_type: str = "constant",
+    warmup_ratio: float = 0.0,
+    collator: Any = None,
     **overrides: Any,
 ) -> WarmStartResult:
-    """Fine-tune `model` (a peft model, trained in place) and save its adapter to `<output_dir>/adapter`."""
+    """Train `model` in place with TRL's `SFTTrainer` on expert conversations, then save it.
+
+    `conversations` is a list of chat `messages` lists, or a dataset from `build_sft_dataset`. `collator`
+    (default `RightPadCollator`) must count `tokens` and `labelled` like it does (`bench train` swaps in TRL's).
+    A peft model trains its adapter (saved to `<output_dir>/adapter`); a plain model trains every
+    weight (the CPU full warm start; saved to `<output_dir>/model`, it becomes the GRPO base).
+    Batches are grouped by length and right-padded without a padding mask (`sft_data.RightPadCollator`);
+    TRL 1.16's fused LM head projects only the assistant positions (labels != -100) through the vocabulary.
+    """
     from trl import SFTConfig, SFTTrainer
 
+    from cells.training.sft_data import RightPadCollator
+
     output_dir = Path(output_dir)
-    dataset = build_sft_dataset(tokenizer, conversations)
+    dataset = conversations if hasattr(conversations, "column_names") else build_sft_dataset(tokenizer, conversations)
+    steps_per_epoch = -(-len(dataset) // batch_size)
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
         "learning_rate": learning_rate,
@@ -203,17 +234,23 @@ def sft_warm_start(
         "use_cpu": use_cpu,
         "bf16": bf16,
         "report_to": "none",
-        "logging_steps": max(1, len(dataset) * epochs // (batch_size * 20)),  # ~20 loss points per run
-        "save_strategy": "no",  # the adapter is saved once below; GRPO stages checkpoint themselves
-        "lr_scheduler_type": "constant",
-        "shuffle_dataset": True,
+        "logging_steps": max(1, steps_per_epoch * epochs // 20),  # ~20 loss points per run
+        "save_strategy": "no",  # saved once below; GRPO stages checkpoint themselves
+        "lr_scheduler_type": lr_scheduler_type,
+        "warmup_steps": int(warmup_ratio * steps_per_epoch * epochs),
+        "train_sampling_strategy": "group_by_length",  # similar lengths per batch: little padding
+        "length_column_name": "length",
     }
     kwargs.update(overrides)
-    trainer = SFTTrainer(model=model, args=SFTConfig(**kwargs), train_dataset=dataset, processing_class=tokenizer)
+    collator = collator if collator is not None else RightPadCollator(tokenizer.pad_token_id)
+    trainer = SFTTrainer(model=model, args=SFTConfig(**kwargs), train_dataset=dataset, processing_class=tokenizer,
+                         data_collator=collator)
+    t0 = time.perf_counter()
     trainer.train()
-    adapter_dir = output_dir / "adapter"
-    trainer.model.save_pretrained(str(adapter_dir))
+    seconds = time.perf_counter() - t0
+    full = not is_peft_model(trainer.model)
+    saved = output_dir / ("model" if full else "adapter")
+    trainer.model.save_pretrained(str(saved))
     losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
-    tokens = sum(len(x) for x in dataset["input_ids"])
-    trained = sum(sum(1 for t in lab if t != IGNORE_INDEX) for lab in dataset["labels"])
-    return WarmStartResult(adapter_dir, len(dataset), tokens, trained, trainer.state.global_step, losses)
+    return WarmStartResult(saved, len(dataset), collator.tokens, collator.labelled, trainer.state.global_step, losses,
+                           seconds, full)

@@ -1,0 +1,116 @@
+"""Warm-start data: fresh expert episodes, tokenized once, batched by length without a padding mask.
+
+- `generate_conversations(plan, seed)`: the expert plays fresh training seeds for each
+  `(stage, count, language_weights)` of the plan (the profile's languages per stage reach the data);
+  the episodes are interleaved by stage, so a prefix of the list is already a stage mix.
+- `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
+  progress bar (~3 ms each on one core: 10,000 episodes ~30 s).
+- `RightPadCollator`: pads on the right, labels -100 on padding, attention mask all ones. Why all ones:
+  with right padding and causal attention a real token at position t only attends to positions <= t,
+  which are all real, so a padding mask changes nothing for the tokens that carry a label. An all-ones
+  mask lets transformers hand SDPA `is_causal=True` (its fused kernel) instead of an explicit 4-D mask:
+  measured on 2 CPU cores, a batch of 8 x 768 tokens trains ~1.8x faster (6,342 vs 3,529 tokens/s,
+  same process type, one padded row). Padding outputs are computed and thrown away; length-grouped
+  batches (`train_sampling_strategy="group_by_length"`) keep that waste small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class EpisodePlanItem:
+    """`count` fresh expert episodes of curriculum `stage`, goals drawn with `language_weights`."""
+
+    stage: int
+    count: int
+    language_weights: tuple[tuple[str, float], ...]
+    seed: int  # first training-seed index of this item (disjoint blocks per stage)
+
+
+def generate_conversations(plan: Sequence[EpisodePlanItem], progress: bool = False,
+                           min_reward: float = 0.5) -> list[list[dict[str, str]]]:
+    """Expert conversations for every plan item, interleaved by stage (1, 2, 3, 1, 2, 3, ...).
+
+    Same rendering and filter as `cells.agent.play.expert_conversations` (episodes the expert failed,
+    reward < `min_reward`, are skipped), with one progress bar over the whole plan.
+    """
+    from cells.agent.play import PlayError, conversation
+    from cells.agent.policies.expert import ExpertPolicy
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_10_env import DriftCallEnv
+
+    per_item: list[list[list[dict[str, str]]]] = []
+    bar = _bar(sum(i.count for i in plan), "expert episodes", progress)
+    for item in plan:
+        env = DriftCallEnv(item.stage, dict(item.language_weights))
+        chunk: list[list[dict[str, str]]] = []
+        index = item.seed
+        while len(chunk) < item.count:
+            if index - item.seed > 4 * item.count + 100:
+                raise PlayError(f"expert failed too often: {len(chunk)} of {item.count} after {index - item.seed} seeds")
+            messages = conversation(env, ExpertPolicy(), TRAIN_SEEDS.seed(index))
+            index += 1
+            if env.rewards().reward >= min_reward:
+                chunk.append(messages)
+                bar.update(1)
+        per_item.append(chunk)
+    bar.close()
+    longest = max((len(c) for c in per_item), default=0)
+    return [convs[i] for i in range(longest) for convs in per_item if i < len(convs)]
+
+
+def tokenize_all(tokenizer: Any, conversations: Sequence[Sequence[dict[str, Any]]], progress: bool = False) -> Any:
+    """A `datasets.Dataset` with `input_ids`, `labels` and `length` columns (one row per conversation)."""
+    from datasets import Dataset
+
+    from cells.training.warm_start import WarmStartError, tokenize_conversation
+
+    ids: list[list[int]] = []
+    labels: list[list[int]] = []
+    bar = _bar(len(conversations), "tokenize", progress)
+    for conv in conversations:
+        tc = tokenize_conversation(tokenizer, conv)
+        ids.append(list(tc.input_ids))
+        labels.append(list(tc.labels))
+        bar.update(1)
+    bar.close()
+    if not ids:
+        raise WarmStartError("no conversations to warm-start on; generate expert trajectories first")
+    return Dataset.from_dict({"input_ids": ids, "labels": labels, "length": [len(x) for x in ids]})
+
+
+class RightPadCollator:
+    """Right-pad a batch of `input_ids`/`labels`; attention mask all ones (see the module docstring)."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = int(pad_token_id)
+        self.tokens = 0  # real (unpadded) tokens collated so far: the numerator of training tokens/s
+        self.labelled = 0  # of those, tokens with a label
+        self.padded = 0  # padded batch cells (B * T) so far: tokens - padded is the padding waste
+
+    def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(e["input_ids"]) for e in examples)
+        input_ids = torch.full((len(examples), width), self.pad_token_id, dtype=torch.long)  # (B, T)
+        labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)  # (B, T)
+        for row, example in enumerate(examples):
+            n = len(example["input_ids"])
+            input_ids[row, :n] = torch.as_tensor(example["input_ids"], dtype=torch.long)
+            labels[row, :n] = torch.as_tensor(example["labels"], dtype=torch.long)
+            self.tokens += n
+        self.labelled += int((labels != IGNORE_INDEX).sum())
+        self.padded += input_ids.numel()
+        return {"input_ids": input_ids, "labels": labels, "attention_mask": torch.ones_like(input_ids)}
+
+
+def _bar(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, unit="ep", leave=False)
