@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import httpx
@@ -312,8 +312,8 @@ def test_session_ids_are_validated(url: str) -> None:
 
 
 def test_session_cap_refuses_with_429_and_never_evicts_a_live_session(url: str) -> None:
-    live = [ws(url) for _ in range(CAP)]
-    try:
+    with ExitStack() as stack:
+        live = [stack.enter_context(ws(url)) for _ in range(CAP)]
         for k, conn in enumerate(live):
             call(conn, "reset", {"seed": k})
         with pytest.raises(InvalidStatus) as refused:
@@ -322,14 +322,35 @@ def test_session_cap_refuses_with_429_and_never_evicts_a_live_session(url: str) 
         assert refused.value.response.headers["retry-after"] == "1"
         for conn in live:  # every live session still plays
             assert call(conn, "step", {"text": '{"action":"speak","message":"hi"}'})["type"] == "observation"
-    finally:
-        live.pop().close()
-    try:
-        with ws(url) as extra:  # a freed slot is usable at once
+        live[0].close()
+        time.sleep(0.2)  # the server frees the slot when it sees the close
+        with ws(url) as extra:  # the freed slot is usable again
             assert call(extra, "reset", {"seed": 9})["type"] == "observation"
-    finally:
-        for conn in live:
-            conn.close()
+
+
+def test_default_server_holds_64_concurrent_sessions_and_refuses_the_65th() -> None:
+    assert Limits().max_sessions == 64
+    with served(stage=1) as base, ExitStack() as stack:
+        conns = [stack.enter_context(ws(base)) for _ in range(64)]
+        for k, conn in enumerate(conns):  # all 64 open at once, each with its own episode
+            conn.send(json.dumps({"type": "reset", "data": {"seed": k}}))
+        utterances = {json.loads(conn.recv(timeout=30))["data"]["observation"]["goal_utterance"] for conn in conns}
+        assert len(utterances) > 32  # distinct envs, not one shared
+        with pytest.raises(InvalidStatus) as refused:
+            ws(base)
+        assert_envelope(refused.value.response, 429, "too_many_sessions")
+        for conn in conns:
+            assert call(conn, "step", {"text": '{"action":"speak","message":"hi"}'})["data"]["observation"]["turn"] == 1
+
+
+def test_steps_within_a_session_are_answered_in_order(url: str) -> None:
+    with ws(url) as conn:
+        call(conn, "reset", {"seed": 6})
+        for k in range(3):  # three frames sent before reading any answer
+            conn.send(json.dumps({"type": "step", "data": {"action_type": "speak", "message": f"m{k}"}}))
+        turns = [json.loads(conn.recv(timeout=10))["data"]["observation"]["turn"] for _ in range(3)]
+        assert turns == [1, 2, 3]
+        assert call(conn, "state")["data"]["step_count"] == 3
 
 
 def test_idle_sessions_expire_and_busy_ones_do_not() -> None:
