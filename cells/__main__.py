@@ -23,7 +23,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if profile.is_cpu:
         # CPU profiles never touch the network; without this a hub lookup takes ~50 s to fail.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir)
+    ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh)
     total = sum(ctx.timings.values())
     print(f"done: steps {ctx.completed} in {total:.1f}s; run dir {ctx.run_dir}")
     return 0
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--profile", default="cpu-smoke", help="cpu-smoke, cpu-learn, colab-t4, colab-a100")
     p_run.add_argument("--steps", default=None, help="e.g. 4-7 or 1,3,5 (default: all)")
     p_run.add_argument("--run-dir", default=None, help="default: runs/<profile>")
+    p_run.add_argument("--fresh", action="store_true",
+                       help="delete <run-dir>/training/ at the first training step and retrain (default: reuse the "
+                            "warm start and checkpoints there, only if made with the same knobs)")
     p_run.set_defaults(func=_cmd_run)
     p_bench = sub.add_parser("bench", help="benchmarks: env speed, policy table (see cells/bench.py)")
     p_bench.add_argument("what", choices=("env", "policies", "server"))

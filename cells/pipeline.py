@@ -78,6 +78,9 @@ class Context:
     artifacts: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     completed: list[int] = field(default_factory=list)
+    # --fresh: the first training step (15-17) deletes run_dir/training/ and resets this to False;
+    # otherwise a run dir's warm start and checkpoints are reused only if made with the same knobs.
+    fresh: bool = False
 
 
 def step_by_number(number: int) -> StepInfo:
@@ -108,13 +111,31 @@ def parse_step_range(spec: str | None) -> tuple[int, ...]:
     return tuple(dict.fromkeys(numbers))
 
 
-def make_context(profile_name: str, run_dir: str | Path | None = None) -> Context:
-    """Build a fresh Context for `profile_name` (run_dir defaults to the profile's)."""
+def make_context(profile_name: str, run_dir: str | Path | None = None, fresh: bool = False) -> Context:
+    """Build a new Context for `profile_name` (run_dir defaults to the profile's).
+
+    `fresh=True` makes the training steps start over instead of reusing `run_dir/training/`.
+    """
     from cells.step_02_profiles import get_profile
 
     profile = get_profile(profile_name)
     path = Path(run_dir) if run_dir is not None else Path(profile.run_root) / profile.name
-    return Context(profile=profile, run_dir=path)
+    return Context(profile=profile, run_dir=path, fresh=fresh)
+
+
+TRAINING_STEPS = frozenset({15, 16, 17})  # the steps that reuse or write run_dir/training/
+
+
+def check_run_dir(ctx: Context, numbers: tuple[int, ...] | set[int]) -> None:
+    """Before any step runs: refuse a run dir whose training output was made with other knobs.
+
+    Only when a training step is selected; raises what steps 15-17 would raise later
+    (`RunDirMismatchError`), but before step 12 loads a model. No-op with `ctx.fresh`.
+    """
+    if TRAINING_STEPS & set(numbers):
+        from cells.training.stages import check_training_reusable
+
+        check_training_reusable(ctx)
 
 
 def run_step(ctx: Context, number: int) -> Context:
@@ -128,10 +149,11 @@ def run_step(ctx: Context, number: int) -> Context:
     return ctx
 
 
-def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None) -> Context:
+def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None, fresh: bool = False) -> Context:
     """Run the registered steps (all by default) for `profile` and return the final Context."""
     numbers = parse_step_range(steps)
-    ctx = make_context(profile, run_dir)
+    ctx = make_context(profile, run_dir, fresh=fresh)
+    check_run_dir(ctx, numbers)
     # Step 1 always runs first: it creates the run directory and seeds RNGs every step relies on.
     if numbers[0] != 1:
         ctx = run_step(ctx, 1)

@@ -117,12 +117,13 @@ def warm_start(ctx: Context) -> WarmStartResult:
     Otherwise the LoRA adapter of `ctx.model` trains and is saved to `training/warm_start/adapter`.
     """
     from cells.training.checkpoints import load_adapter_weights
-    from cells.training.stages import training_root
+    from cells.training.stages import guard_warm_start, training_root
     from cells.training.warm_start import WarmStartResult
 
     p = ctx.profile
     out = training_root(ctx) / "warm_start"
     adapter = out / ("model" if p.warm_start_full else "adapter")
+    guard_warm_start(ctx, adapter)  # issue 9: --fresh, and refuse an adapter made with other knobs (before loading)
     if p.warm_start_full:
         result = _full_warm_start(ctx, out, adapter)
     elif (adapter / "adapter_model.safetensors").is_file():

@@ -43,18 +43,23 @@ else:
     sys.path.insert(0, str(root))
     os.chdir(root)
 
-from cells.pipeline import make_context, run_step, parse_step_range
+from cells.pipeline import check_run_dir, make_context, run_step, parse_step_range
 from cells.step_01_setup import default_profile_name, detect_runtime
 
-# Override with env vars: DRIFTCALL_PROFILE (cpu-smoke, cpu-learn, colab-t4, colab-a100) and
-# DRIFTCALL_STEPS (e.g. "1-7") to run only some steps.
+# Override with env vars: DRIFTCALL_PROFILE (cpu-smoke, cpu-learn, colab-t4, colab-a100),
+# DRIFTCALL_STEPS (e.g. "1-7") to run only some steps, DRIFTCALL_RUN_DIR (default runs/<profile>).
+# A run dir's warm start and checkpoints are reused only if made with the same knobs; otherwise
+# step 15 stops and says which differ. FRESH = True (or DRIFTCALL_FRESH=1) retrains them instead
+# (deletes <run dir>/training/ at step 15); or set `ctx.fresh = True` and re-run the step 15 cell.
 PROFILE = os.environ.get("DRIFTCALL_PROFILE") or default_profile_name(detect_runtime())
 SELECTED = set(parse_step_range(os.environ.get("DRIFTCALL_STEPS")))
 RUN_DIR = os.environ.get("DRIFTCALL_RUN_DIR")
+FRESH = os.environ.get("DRIFTCALL_FRESH", "0") not in ("", "0")
 if PROFILE.startswith("cpu"):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ctx = make_context(PROFILE, RUN_DIR)
-print("profile:", PROFILE, "| run dir:", ctx.run_dir, "| steps:", sorted(SELECTED))
+ctx = make_context(PROFILE, RUN_DIR, fresh=FRESH)
+check_run_dir(ctx, SELECTED)  # a run dir trained with other knobs is refused here, before any model loads
+print("profile:", PROFILE, "| run dir:", ctx.run_dir, "| fresh:", FRESH, "| steps:", sorted(SELECTED))
 
 def step(ctx, number):
     \"\"\"Run step `number` unless it was deselected with DRIFTCALL_STEPS.\"\"\"

@@ -1,8 +1,10 @@
 import os
+import re
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "notebooks"))
@@ -26,18 +28,76 @@ def test_notebook_has_one_cell_per_step_and_banner():
         assert any(f"step(ctx, {info.number})" in src for src in code)
 
 
-def test_notebook_executes_foundation_steps(tmp_path):
+# Every step cell's summary line (what its `run` prints); 15 also reports stage 1.
+SUMMARY = {
+    1: "[setup]", 2: "[profiles]", 3: "[data]", 4: "[models]", 5: "[vendors]", 6: "[drift]", 7: "[tasks]",
+    8: "[rewards]", 10: "[env]", 11: "[agent]", 12: "[model]", 13: "[grpo-config]", 14: "[trainer]",
+    15: "[warm start]", 16: "[stage 2]", 17: "[stage 3]", 18: "[eval]", 19: "[eval] trained", 20: "[probe]",
+    21: "[plots]", 22: "[summary]",
+}
+PROGRESS = re.compile(r"(GRPO stage \d)?\s*<progress value='(\d+)' max='(\d+)'")
+
+
+def execute_notebook(run_dir):
+    """The committed notebook run top to bottom in a real Jupyter kernel on cpu-smoke, as a user runs it."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(build_notebook.NOTEBOOK, as_version=4)
-    env = {"DRIFTCALL_PROFILE": "cpu-smoke", "DRIFTCALL_STEPS": "1-4", "DRIFTCALL_RUN_DIR": str(tmp_path)}
+    env = {"DRIFTCALL_PROFILE": "cpu-smoke", "DRIFTCALL_RUN_DIR": str(run_dir), "DRIFTCALL_STEPS": "",
+           "DRIFTCALL_FRESH": "", "PYTHONHASHSEED": "0"}
     old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    os.environ.update(env)  # the kernel inherits this process's environment
     try:
-        NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+        NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     finally:
         for k, v in old.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    assert (tmp_path / "profile.json").is_file()
-    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "[models]" in outputs and "[data]" in outputs
+    return nb, run_dir
+
+
+def _step_cells(nb):
+    """{step number: its code cell} (cells read `ctx = step(ctx, N)  # module`)."""
+    found = {}
+    for cell in nb.cells:
+        match = re.match(r"ctx = step\(ctx, (\d+)\)", cell.source) if cell.cell_type == "code" else None
+        if match:
+            found[int(match.group(1))] = cell
+    return found
+
+
+def _stdout(cell):
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
+
+
+def _bars(cell):
+    """(prefix, value, max) of every HTML progress bar the cell shows (final state after updates)."""
+    html = [o["data"]["text/html"] for o in cell.get("outputs", []) if "text/html" in o.get("data", {})]
+    return [(m.group(1) or "", int(m.group(2)), int(m.group(3))) for h in html for m in PROGRESS.finditer(h)]
+
+
+@pytest.mark.slow
+def test_whole_notebook_executes_on_cpu_smoke(tmp_path):
+    """Every cell, one kernel (~1.5-2 min on 2 cores): no errors, every step's summary line, a progress
+    bar per training phase, the plots as images and the report rendered. One test, so that pytest-xdist
+    never runs the notebook twice."""
+    nb, run_dir = execute_notebook(tmp_path)
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert errors == []
+    cells = _step_cells(nb)
+    assert sorted(cells) == sorted(s.number for s in STEPS)
+    for number, cell in cells.items():
+        assert any(line.startswith(SUMMARY[number]) for line in _stdout(cell).splitlines()), (number, _stdout(cell))
+    assert "[stage 1] steps 0->2 (2 trained" in _stdout(cells[15])
+    assert (run_dir / "profile.json").is_file() and (run_dir / "report.md").is_file()
+
+    # a finished bar for the warm start and for each GRPO stage (sized to the stage, not the curriculum)
+    (_, done, total), stage1 = _bars(cells[15])  # exactly two: the warm start's SFT bar, then stage 1's
+    assert done == total > 2 and stage1 == ("GRPO stage 1", 2, 2)
+    assert _bars(cells[16])[-1] == ("GRPO stage 2", 2, 2) and _bars(cells[17])[-1] == ("GRPO stage 3", 2, 2)
+    # the plot cell displays every figure it wrote as a PNG
+    figures = int(re.search(r"\[plots\] (\d+) figures", _stdout(cells[21])).group(1))
+    pngs = [o for o in cells[21].get("outputs", []) if "image/png" in o.get("data", {})]
+    assert figures > 0 and len(pngs) == figures == len(list((run_dir / "plots").glob("*.png")))
+    # the report cell renders report.md itself
+    shown = [o["data"]["text/markdown"] for o in cells[22].get("outputs", []) if "text/markdown" in o.get("data", {})]
+    assert shown == [(run_dir / "report.md").read_text(encoding="utf-8")]

@@ -139,7 +139,9 @@ def test_checkpoints_are_adapter_only_with_sidecar(tmp_path):
     assert meta.git_sha == git_sha()
     assert meta.created_at.endswith("Z")
     raw = json.loads((result.checkpoint / META_NAME).read_text())
-    assert set(raw) == {"profile", "stage", "step", "versions", "git_sha", "created_at"}
+    assert set(raw) == {"profile", "stage", "step", "versions", "git_sha", "created_at", "knobs", "knobs_digest",
+                        "resolved_profile"}
+    assert raw["knobs"] == {"profile": "cpu-smoke"}  # run_stage's default when no profile knobs are passed
 
 
 def test_adapter_only_guard_and_incomplete_checkpoints(tmp_path):

@@ -130,3 +130,34 @@ def test_metrics_row_mapping_and_schema_guard(tmp_path):
 
     with pytest.raises(MetricsSchemaError, match="expected"):
         MetricsCallback(bad, 1).on_train_begin(None, S(), None)
+
+
+# ---------------------------------------------------------------- progress bars (issue 9)
+
+
+def test_notebook_progress_bar_spans_each_stage_and_survives_stopping_short(tmp_path, monkeypatch):
+    """In a Jupyter kernel `Trainer` uses HF's `NotebookProgressCallback`. A stage that stops at its
+    boundary two steps in, short of `max_steps`, made it format `1 / None` at train end (TypeError,
+    the notebook's step 15 cell died). The stage runner swaps in a bar over the stage window."""
+    import transformers.utils.notebook as notebook
+
+    shown = []
+    original = notebook.NotebookTrainingTracker.display
+
+    def record(self):
+        shown.append((self.prefix, self.value, self.total, self.label))
+        original(self)
+
+    monkeypatch.setattr(notebook.NotebookTrainingTracker, "display", record)
+    total = total_steps((2, 2, 2))  # cpu-smoke's shape: every stage stops two steps in
+    s1 = run_stage(1, grpo_factory(total), tmp_path / "stage1", None, 2, metrics_path=tmp_path / "m.csv",
+                   extra_callbacks=[notebook.NotebookProgressCallback()])  # what a kernel's Trainer adds
+    stage1 = [s for s in shown if s[0] == "GRPO stage 1"]
+    assert stage1 and stage1[0][1:3] == (0, 2) and stage1[-1][1:3] == (2, 2)
+    assert "global step 2/6" in stage1[-1][3]
+    shown.clear()
+    s2 = run_stage(2, grpo_factory(total), tmp_path / "stage2", s1.checkpoint, 4, metrics_path=tmp_path / "m.csv",
+                   extra_callbacks=[notebook.NotebookProgressCallback()])
+    assert s2.trained_steps == 2
+    assert {s[0] for s in shown} == {"GRPO stage 2"}  # HF's max_steps-sized bar is gone
+    assert shown[0][1:3] == (0, 2) and shown[-1][1:3] == (2, 2)  # resumed at global step 2: counts 0..2

@@ -6,6 +6,12 @@ on), `optimizer.pt`, `scheduler.pt`, `rng_state.pth`, `trainer_state.json`, `tra
 the tokenizer files, and our sidecar naming the profile, stage, step, library versions and git
 sha. Never full-model weights: `assert_adapter_only` enforces it at every save.
 
+Provenance: the sidecar also holds the resolved profile and the knobs the output depends on
+(`stage_knobs`: stage 0 is the warm start, 1-3 the GRPO stages) with their digest (sha256 of
+canonical JSON). Before a run directory's warm start or checkpoint is reused, `check_reusable`
+compares the recorded digest with the current one and raises `RunDirMismatchError` naming the
+knobs that differ, before any weights are loaded. The warm-start adapter carries the same sidecar.
+
 Only the standard library at module level (torch/safetensors/peft are imported where used).
 """
 
@@ -32,8 +38,49 @@ META_PACKAGES = ("torch", "transformers", "trl", "peft")
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
+# Profile fields that never change what training produces: evaluation sizes and bookkeeping.
+NOT_TRAINING_KNOBS = frozenset({
+    "run_root", "save_every", "warm_start_eval_per_cell", "eval_episodes_per_cell", "pass_k",
+    "probe_episodes_per_policy", "bootstrap_resamples",
+})
+# Fields only the GRPO stages read; the warm start (stage 0) ignores them. Any field not listed in
+# either set counts for every stage, so a newly added knob is compared rather than silently ignored.
+GRPO_ONLY_KNOBS = frozenset({
+    "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate",
+    "max_grad_norm", "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage",
+})  # not language_weights: the warm start draws each sft stage's goals with them
+WAYS_ON = (
+    "Two ways on: train into a new run directory (`python -m cells run --run-dir NEW_DIR`; notebook: "
+    "DRIFTCALL_RUN_DIR=NEW_DIR), or start the training stages over in this one (`--fresh`; notebook: "
+    "DRIFTCALL_FRESH=1, or `ctx.fresh = True` and re-run from the step 15 cell), which deletes its "
+    "training/ folder (warm start, checkpoints, metrics.csv) first."
+)
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete, or holds something it must not (full weights)."""
+
+
+class RunDirMismatchError(CheckpointError, ValueError):
+    """A run directory holds a warm start or checkpoint produced under other knobs or another profile.
+
+    A user-input problem (hence also a ValueError: the CLI prints it without a traceback).
+    `differences` maps each differing knob to (recorded, current); `reason` replaces the list
+    when there is nothing to compare (no sidecar).
+    """
+
+    def __init__(self, path: Path, what: str, differences: dict[str, tuple[Any, Any]], reason: str = "") -> None:
+        self.path, self.what, self.differences = Path(path), what, dict(differences)
+        shown = "; ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in sorted(self.differences.items()))
+        detail = reason or f"it was produced with different settings ({shown})"
+        super().__init__(f"{self.path} ({what}) is not reused: {detail}. {WAYS_ON}")
+
+
+_MISSING = object()
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value is _MISSING else json.dumps(value, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -46,6 +93,9 @@ class CheckpointMeta:
     versions: tuple[tuple[str, str], ...]
     git_sha: str | None
     created_at: str  # ISO-8601 UTC; metadata only, never read back into training
+    knobs: dict[str, Any] | None = None  # `stage_knobs` of the run that wrote it (None: written before provenance)
+    knobs_digest: str | None = None  # `knobs_digest(knobs)`
+    resolved_profile: dict[str, Any] | None = None  # the whole profile, for the record
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +105,9 @@ class CheckpointMeta:
             "versions": dict(self.versions),
             "git_sha": self.git_sha,
             "created_at": self.created_at,
+            "knobs": self.knobs,
+            "knobs_digest": self.knobs_digest,
+            "resolved_profile": self.resolved_profile,
         }
 
     @classmethod
@@ -66,6 +119,9 @@ class CheckpointMeta:
             versions=tuple(sorted((str(k), str(v)) for k, v in data["versions"].items())),
             git_sha=data.get("git_sha"),
             created_at=str(data["created_at"]),
+            knobs=data.get("knobs"),
+            knobs_digest=data.get("knobs_digest"),
+            resolved_profile=data.get("resolved_profile"),
         )
 
 
@@ -118,8 +174,9 @@ def assert_adapter_only(ckpt: str | Path) -> None:
         raise CheckpointError(f"checkpoint {root} has no adapter weights ({' or '.join(ADAPTER_FILES)})")
 
 
-def build_meta(profile: str, stage: int, step: int) -> CheckpointMeta:
-    """Collect versions and git sha for a sidecar."""
+def build_meta(profile: str, stage: int, step: int, knobs: dict[str, Any] | None = None,
+               resolved_profile: dict[str, Any] | None = None) -> CheckpointMeta:
+    """Collect versions, git sha and (when given) the knobs and their digest for a sidecar."""
     from cells.step_01_setup import git_sha, package_versions
 
     return CheckpointMeta(
@@ -129,7 +186,82 @@ def build_meta(profile: str, stage: int, step: int) -> CheckpointMeta:
         versions=tuple(sorted(package_versions(META_PACKAGES))),
         git_sha=git_sha(),
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        knobs=None if knobs is None else dict(knobs),
+        knobs_digest=None if knobs is None else knobs_digest(knobs),
+        resolved_profile=resolved_profile,
     )
+
+
+# ---------------------------------------------------------------- provenance: which knobs made a run dir
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            out.update(_flatten(item, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = item
+    return out
+
+
+def stage_knobs(profile: Any, stage: int) -> dict[str, Any]:
+    """The profile knobs the warm start (`stage` 0) or GRPO stage 1-3's output depends on.
+
+    Flat (`tiny.hidden_size`), JSON values (tuples become lists), keyed `profile` for the name.
+    A GRPO stage continues the warm start and the earlier stages, so it depends on every training
+    knob (a stage's own `steps_per_stage` entry and the total both shape its cosine schedule).
+    """
+    from cells.step_04_models import canonical_json
+
+    data = json.loads(canonical_json(profile.to_dict()))
+    data["profile"] = data.pop("name")
+    dropped = NOT_TRAINING_KNOBS | (GRPO_ONLY_KNOBS if stage == 0 else frozenset())
+    return _flatten({k: v for k, v in data.items() if k not in dropped})
+
+
+def knobs_digest(knobs: dict[str, Any]) -> str:
+    """sha256 hex of the knobs' canonical JSON (never Python's per-process `hash()`)."""
+    import hashlib
+
+    from cells.step_04_models import canonical_json
+
+    return hashlib.sha256(canonical_json(knobs).encode("utf-8")).hexdigest()
+
+
+def knob_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{knob: (recorded, current)} for every knob whose value differs (or was never recorded)."""
+    from cells.step_04_models import canonical_json
+
+    old = recorded or {}
+    return {
+        k: (old.get(k, _MISSING), current.get(k, _MISSING))
+        for k in sorted(set(old) | set(current))
+        if k not in old or k not in current or canonical_json(old[k]) != canonical_json(current[k])
+    }
+
+
+def check_reusable(path: str | Path, knobs: dict[str, Any], what: str) -> CheckpointMeta:
+    """Return `path`'s sidecar if it was produced with exactly `knobs`; else raise `RunDirMismatchError`.
+
+    Reads only the small JSON sidecar, never weights, so a run dir of another profile (other
+    tensor shapes) is refused before peft could fail on it. A sidecar without recorded knobs
+    (written before provenance existed) or no sidecar at all is refused the same way.
+    """
+    meta_path = Path(path) / META_NAME
+    if not meta_path.is_file():
+        raise RunDirMismatchError(Path(path), what, {},
+                                  reason=f"it has no {META_NAME}, so the settings that produced it are unknown")
+    meta = read_meta(path)
+    if meta.knobs_digest == knobs_digest(knobs):
+        return meta
+    if meta.knobs is None:
+        raise RunDirMismatchError(Path(path), what, {}, reason=f"its {META_NAME} predates recorded settings "
+                                  f"(profile {meta.profile!r}), so they cannot be compared")
+    differences = knob_differences(meta.knobs, knobs)
+    if not differences:  # same values, stale digest algorithm: still not provably the same run
+        differences = {"knobs_digest": (meta.knobs_digest, knobs_digest(knobs))}
+    raise RunDirMismatchError(Path(path), what, differences)
 
 
 def write_meta(ckpt: str | Path, meta: CheckpointMeta) -> Path:

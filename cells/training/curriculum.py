@@ -12,7 +12,10 @@ How continuity works (one idea, three parts):
   all continue.
 
 `run_stage` refuses a resume point whose recorded `max_steps` differs from the trainer's (the
-cosine curve would silently jump) and skips training when the stage is already complete.
+cosine curve would silently jump), refuses its own stage's checkpoint when the knobs recorded in
+its sidecar differ from this run's (`checkpoints.check_reusable`, before any weights are loaded),
+and skips training when the stage is already complete. The caller checks the previous stage's
+checkpoint the same way (`stages.run_context_stage`).
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from transformers import TrainerCallback
 from cells.training.checkpoints import (
     assert_adapter_only,
     build_meta,
+    check_reusable,
     checkpoint_step,
     latest_checkpoint,
     read_trainer_state,
     write_meta,
 )
 from cells.training.metrics import MetricsCallback
+from cells.training.progress import use_stage_progress
 
 TrainerFactory = Callable[[Path, list[Any]], Any]  # (output_dir, callbacks) -> transformers.Trainer
 
@@ -117,14 +122,17 @@ class StageStopCallback(TrainerCallback):
 class CheckpointMetaCallback(TrainerCallback):
     """After each HF save: check the checkpoint is adapter-only and write the metadata sidecar."""
 
-    def __init__(self, profile: str, stage: int) -> None:
+    def __init__(self, profile: str, stage: int, knobs: dict[str, Any] | None = None,
+                 resolved_profile: dict[str, Any] | None = None) -> None:
         self.profile = profile
         self.stage = stage
+        self.knobs = knobs
+        self.resolved_profile = resolved_profile
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         assert_adapter_only(ckpt)
-        write_meta(ckpt, build_meta(self.profile, self.stage, state.global_step))
+        write_meta(ckpt, build_meta(self.profile, self.stage, state.global_step, self.knobs, self.resolved_profile))
 
 
 def resume_point(stage_dir: Path, previous_checkpoint: Path | None) -> Path | None:
@@ -166,15 +174,23 @@ def run_stage(
     *,
     metrics_path: str | Path,
     profile_name: str = "unknown",
+    knobs: dict[str, Any] | None = None,
+    resolved_profile: dict[str, Any] | None = None,
     extra_callbacks: Sequence[Any] = (),
 ) -> StageResult:
     """Train curriculum `stage` up to global step `stage_end_step`, resuming wherever possible.
 
     `trainer_factory(stage_dir, callbacks)` must build a Trainer whose `output_dir` is `stage_dir`,
-    with the callbacks passed in and `max_steps` equal to the curriculum total.
+    with the callbacks passed in and `max_steps` equal to the curriculum total. `knobs` (default:
+    just the profile name) is recorded in every checkpoint's sidecar; the stage's own latest
+    checkpoint is resumed or reused only when it was recorded with the same knobs.
     """
     t0 = time.perf_counter()
     stage_dir = Path(stage_dir)
+    knobs = {"profile": profile_name} if knobs is None else knobs
+    own = latest_checkpoint(stage_dir)
+    if own is not None:  # reads the sidecar only: refused before the trainer loads any weights
+        check_reusable(own, knobs, f"GRPO stage {stage} checkpoint")
     previous = None if previous_checkpoint is None else Path(previous_checkpoint)
     resume = resume_point(stage_dir, previous)
     start_step = 0 if previous is None else checkpoint_step(previous)
@@ -189,12 +205,13 @@ def run_stage(
     stage_dir.mkdir(parents=True, exist_ok=True)
     callbacks = [
         StageStopCallback(stage_end_step),
-        CheckpointMetaCallback(profile_name, stage),
+        CheckpointMetaCallback(profile_name, stage, knobs, resolved_profile),
         MetricsCallback(metrics_path, stage),
         *extra_callbacks,
     ]
     trainer = trainer_factory(stage_dir, callbacks)
     _check_trainer(trainer, stage_dir, stage_end_step, resume)
+    use_stage_progress(trainer, stage, start_step, stage_end_step)  # HF's bars assume a run ends at max_steps
     trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
     final = latest_checkpoint(stage_dir)
     if final is None or checkpoint_step(final) != stage_end_step:

@@ -2,26 +2,44 @@
 
 Layout under `ctx.run_dir`:
 
-    training/warm_start/adapter/     SFT adapter (step 15)
+    training/warm_start/adapter/     SFT adapter (step 15, GPU profiles) + sidecar
+    training/warm_start/model/       the whole warm-started tiny model (step 15, CPU profiles) + sidecar
     training/stage{1,2,3}/checkpoint-<global_step>/   adapter-only checkpoints + sidecar
     training/metrics.csv             one row per GRPO optimiser step, all stages
 
 `ctx.trainer_state` gets `warm_start` (WarmStartResult) and `stage1..3` (StageResult);
 `ctx.artifacts` gets `warm_start_adapter`, `stage{n}_checkpoint` and `metrics_csv`.
+
+Reuse is guarded: the warm start (`guard_warm_start`) and each stage (`run_context_stage`) reuse
+what `training/` holds only when its sidecar records the knobs this profile has now
+(`checkpoints.stage_knobs`), else `RunDirMismatchError`. With `ctx.fresh` (`--fresh`), the first
+training step of the run deletes `training/` instead, so everything retrains from the warm start.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cells.training.checkpoints import checkpoint_step, latest_checkpoint, load_adapter_weights
+from cells.training.checkpoints import (
+    ADAPTER_FILES,
+    FULL_MODEL_FILES,
+    build_meta,
+    check_reusable,
+    checkpoint_step,
+    latest_checkpoint,
+    load_adapter_weights,
+    stage_knobs,
+    write_meta,
+)
 from cells.training.curriculum import CurriculumError, StageResult, run_stage, stage_plans, total_steps
 
 # (ctx, stage, output_dir, callbacks) -> a transformers Trainer; each step module owns one.
 StageTrainerBuilder = Callable[[Any, int, Path, list[Any]], Any]
-REFERENCE_ADAPTER = "ref"  # the frozen copy TRL's GRPOTrainer adds to a peft model when beta != 0
+REFERENCE_ADAPTER = "ref"
+WARM_START_DIRS = ("adapter", "model")  # what step 15 saves: a LoRA adapter (GPU) or the whole tiny model (CPU)  # the frozen copy TRL's GRPOTrainer adds to a peft model when beta != 0
 
 
 def training_root(ctx: Any) -> Path:
@@ -41,10 +59,66 @@ def curriculum_max_steps(ctx: Any) -> int:
     return total_steps(ctx.profile.steps_per_stage)
 
 
+def start_over_if_fresh(ctx: Any) -> None:
+    """With `ctx.fresh`, delete `<run_dir>/training/` once (the first training step of the run calls this)."""
+    if getattr(ctx, "fresh", False):
+        shutil.rmtree(training_root(ctx), ignore_errors=True)
+        ctx.fresh = False  # later stages of the same run continue what this run trains
+        print(f"[fresh] removed {training_root(ctx)}: warm start and GRPO stages start over")
+
+
+def _holds_weights(path: Path) -> bool:
+    return any((path / name).is_file() for name in (*ADAPTER_FILES, *FULL_MODEL_FILES))
+
+
+def guard_warm_start(ctx: Any, warm_dir: Path) -> None:
+    """Call before step 15 looks at `warm_dir` (its saved adapter or full model): honour `--fresh`,
+    refuse a stale warm start.
+
+    Saved weights are reusable only if the sidecar records this profile's warm-start knobs
+    (`RunDirMismatchError` otherwise, before any weights are loaded); when there are none yet,
+    the sidecar is written now, naming the knobs the warm start about to be trained comes from.
+    """
+    start_over_if_fresh(ctx)
+    knobs = stage_knobs(ctx.profile, 0)
+    if _holds_weights(warm_dir):
+        check_reusable(warm_dir, knobs, "warm start")
+        return
+    warm_dir.mkdir(parents=True, exist_ok=True)
+    write_meta(warm_dir, build_meta(ctx.profile.name, 0, 0, knobs, ctx.profile.to_dict()))
+
+
+def check_training_reusable(ctx: Any) -> None:
+    """Preflight: raise `RunDirMismatchError` now for anything under `training/` that steps 15-17 would refuse.
+
+    Reads sidecars only; `pipeline.run` and the notebook's setup cell call it before step 1, so a
+    run dir of another profile is refused before step 12 loads (or downloads) a model. No-op with `ctx.fresh`.
+    """
+    if getattr(ctx, "fresh", False):
+        return
+    for name in WARM_START_DIRS:
+        warm_dir = training_root(ctx) / "warm_start" / name
+        if _holds_weights(warm_dir):
+            check_reusable(warm_dir, stage_knobs(ctx.profile, 0), "warm start")
+    for stage in (1, 2, 3):
+        found = latest_checkpoint(stage_dir(ctx, stage))
+        if found is not None:
+            check_reusable(found, stage_knobs(ctx.profile, stage), f"GRPO stage {stage} checkpoint")
+
+
 def previous_stage_checkpoint(ctx: Any, stage: int) -> Path | None:
-    """Final checkpoint of stage-1 (from this context, else from disk); None for stage 1."""
+    """Final checkpoint of stage-1 (from this context, else from disk); None for stage 1.
+
+    Refused (`RunDirMismatchError`) unless it was produced with this profile's knobs for stage-1.
+    """
     if stage == 1:
         return None
+    found = _previous_stage_checkpoint(ctx, stage)
+    check_reusable(found, stage_knobs(ctx.profile, stage - 1), f"GRPO stage {stage - 1} checkpoint")
+    return found
+
+
+def _previous_stage_checkpoint(ctx: Any, stage: int) -> Path:
     prev: StageResult | None = ctx.trainer_state.get(f"stage{stage - 1}")
     if prev is not None:
         return prev.checkpoint
@@ -71,6 +145,7 @@ def drop_reference_adapter(model: Any) -> None:
 
 def run_context_stage(ctx: Any, stage: int, builder: StageTrainerBuilder) -> StageResult:
     """Run GRPO curriculum `stage` for `ctx` with `builder`, record it and return the result."""
+    start_over_if_fresh(ctx)
     plan = stage_plans(ctx.profile.steps_per_stage)[stage - 1]
     previous = previous_stage_checkpoint(ctx, stage)
     drop_reference_adapter(ctx.model)
@@ -81,6 +156,7 @@ def run_context_stage(ctx: Any, stage: int, builder: StageTrainerBuilder) -> Sta
     result = run_stage(
         stage, factory, stage_dir(ctx, stage), previous, plan.end_step,
         metrics_path=metrics_path(ctx), profile_name=ctx.profile.name,
+        knobs=stage_knobs(ctx.profile, stage), resolved_profile=ctx.profile.to_dict(),
     )
     if result.trained_steps == 0 and ctx.model is not None:  # skipped: bring the model up to date
         load_adapter_weights(ctx.model, result.checkpoint)
