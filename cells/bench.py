@@ -208,13 +208,18 @@ def print_policies(rows: list[Row]) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """`bench env [--episodes N]` | `bench policies [--seeds N]` | `bench server [...]` (cells/bench_server.py)."""
+    """`bench env [--episodes N]` | `bench policies [--seeds N]` | `bench server [...]` (cells/bench_server.py)
+    | `bench train [--profile cpu-learn]` (cells/training/bench_train.py)."""
     import argparse
 
     if argv[:1] == ["server"]:
         from cells.bench_server import main as bench_server_main
 
         return bench_server_main(argv[1:])
+    if argv[:1] == ["train"]:  # SFT tokens/s, GRPO s/step, rollout tokens/s, plain-TRL floor
+        from cells.training.bench_train import main as bench_train_main
+
+        return bench_train_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m cells bench")
     parser.add_argument("what", choices=("env", "policies"))

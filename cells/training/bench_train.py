@@ -1,0 +1,191 @@
+"""`python -m cells bench train --profile cpu-learn`: training throughput of the profile's model.
+
+Prints, from one process (ratios hold even when the machine is shared and absolute numbers are noisy):
+
+1. SFT training tokens/s (real, unpadded tokens per second of `trainer.train()`) of the warm start exactly
+   as step 15 runs it (`sft_warm_start`: every weight trained, length-grouped batches, right padding
+   without a padding mask, TRL's fused LM head on assistant positions only), then the same data through
+   TRL's default padding collator (a mask with zeros: SDPA's explicit-mask path) for the ratio.
+2. GRPO seconds per step of `DriftCallGRPOTrainer` (G multi-turn episodes on the real env) on the model
+   the SFT part just trained (so it emits valid actions and episodes run their real length), and its
+   rollout generated tokens/s (model tokens per second of rollout).
+3. The floor: plain `trl.GRPOTrainer`, single-turn completions with as many generated tokens as our mean
+   episode (`min_new_tokens` = `max_completion_length`), same model, same G; printed as the ratio of our
+   seconds per generated token to its (target <= 1.5).
+
+Time on 2 CPU cores: ~3-6 min for cpu-learn with the defaults (`--sft-steps`, `--grpo-steps` change it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+IGNORE_INDEX = -100
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainBench:
+    """One `bench train` run's numbers."""
+
+    profile: str
+    params: int
+    sft_tokens_per_s: float
+    sft_padding_share: float
+    sft_masked_tokens_per_s: float
+    grpo_seconds_per_step: float
+    rollout_tokens_per_s: float
+    model_tokens_per_step: float
+    floor_seconds_per_step: float
+    floor_tokens_per_step: float
+
+    @property
+    def ratio_per_generated_token(self) -> float:
+        ours = self.grpo_seconds_per_step / max(1.0, self.model_tokens_per_step)
+        floor = self.floor_seconds_per_step / max(1.0, self.floor_tokens_per_step)
+        return ours / floor if floor > 0 else float("nan")
+
+    def lines(self) -> list[str]:
+        mask_ratio = self.sft_tokens_per_s / max(1e-9, self.sft_masked_tokens_per_s)
+        return [
+            f"profile {self.profile}: {self.params:,} parameters, all trained by the warm start",
+            f"SFT training tokens/s:                 {self.sft_tokens_per_s:>9,.0f}   "
+            f"(padding: {100 * self.sft_padding_share:.1f}% of batch cells)",
+            f"  same data, TRL's padding collator:   {self.sft_masked_tokens_per_s:>9,.0f}   "
+            f"(mask-free right padding: x{mask_ratio:.2f})",
+            f"GRPO seconds per step (multi-turn):    {self.grpo_seconds_per_step:>9.1f}   "
+            f"({self.model_tokens_per_step:,.0f} generated tokens per step)",
+            f"rollout generated tokens/s:            {self.rollout_tokens_per_s:>9,.0f}",
+            f"plain TRL GRPOTrainer, single-turn:    {self.floor_seconds_per_step:>9.1f}   s/step "
+            f"({self.floor_tokens_per_step:,.0f} generated tokens per step)",
+            f"ours / plain TRL, per generated token: x{self.ratio_per_generated_token:.2f} (target <= 1.5)",
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ratio_per_generated_token": self.ratio_per_generated_token}
+
+
+class CountingCollator:
+    """Wrap a collator that returns a real attention mask; count tokens the way `RightPadCollator` does."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.tokens = self.labelled = self.padded = 0
+
+    def __call__(self, examples: Any) -> Any:
+        batch = self.inner(examples)
+        self.tokens += int(batch["attention_mask"].sum())
+        self.labelled += int((batch["labels"] != IGNORE_INDEX).sum())
+        self.padded += batch["input_ids"].numel()
+        return batch
+
+
+def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out: Path) -> tuple[float, float, float]:
+    """(tokens/s, padding share) of the pipeline's warm start, then tokens/s with TRL's padding collator.
+
+    Both runs start from the same weights; the pipeline's run is last so `model` leaves warm-started.
+    """
+    import copy
+
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from cells.training.sft_data import RightPadCollator
+    from cells.training.warm_start import sft_warm_start
+
+    def run(m: Any, collator: Any) -> Any:
+        return sft_warm_start(m, tok, dataset, out, learning_rate=profile.sft_learning_rate,
+                              batch_size=profile.sft_batch_size or profile.num_generations, seed=profile.seed,
+                              lr_scheduler_type=profile.sft_lr_scheduler, warmup_ratio=profile.sft_warmup_ratio,
+                              collator=collator, max_steps=steps, disable_tqdm=True, logging_steps=steps)
+
+    masked = run(copy.deepcopy(model), CountingCollator(DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id)))
+    ours = RightPadCollator(tok.pad_token_id)
+    result = run(model, ours)
+    return result.tokens_per_s, 1 - ours.tokens / max(1, ours.padded), masked.tokens_per_s
+
+
+def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float]:
+    """(seconds per step, rollout tokens/s, generated tokens per step) of DriftCallGRPOTrainer, stage 1."""
+    from cells.step_15_train_stage1 import build_stage_trainer
+    from cells.training.stages import curriculum_max_steps
+
+    ctx.profile = dataclasses.replace(ctx.profile, steps_per_stage=(steps, 0, 0))
+    assert curriculum_max_steps(ctx) == steps
+    trainer = build_stage_trainer(ctx, 1, Path(ctx.run_dir) / "grpo", [])
+    trainer.args.save_strategy = "no"
+    trainer.args.disable_tqdm = True
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = (time.perf_counter() - t0) / steps
+    logs = [h for h in trainer.state.log_history if "rollout/tokens_per_s" in h]
+    rate = sum(h["rollout/tokens_per_s"] for h in logs) / len(logs)
+    tokens = sum(h["rollout/model_tokens_mean"] for h in logs) / len(logs) * ctx.profile.num_generations
+    return seconds, rate, tokens
+
+
+def bench_floor(model: Any, tok: Any, profile: Any, completion_tokens: int, steps: int, out: Path) -> tuple[float, float]:
+    """(seconds per step, generated tokens per step) of plain TRL GRPOTrainer, single-turn, same prompts."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from cells.step_07_tasks import generate
+    from cells.step_13_grpo_config import build_grpo_config
+    from cells.step_14_trainer import render_initial_prompt
+
+    weights = dict(profile.language_weights[0])
+    prompts = [render_initial_prompt(tok, generate(seed=s, stage=1, language_weights=weights)) for s in range(steps)]
+    config = build_grpo_config(profile, 1, out, max_steps=steps, save_strategy="no", disable_tqdm=True,
+                               max_completion_length=completion_tokens,
+                               generation_kwargs={"min_new_tokens": completion_tokens})
+
+    def zero(completions: Any, **_: Any) -> list[float]:
+        return [0.0] * len(completions)
+
+    trainer = GRPOTrainer(model=model, reward_funcs=zero, args=config, processing_class=tok,
+                          train_dataset=Dataset.from_dict({"prompt": prompts}))
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = (time.perf_counter() - t0) / steps
+    return seconds, float(completion_tokens * profile.num_generations * profile.prompts_per_step)
+
+
+def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: int) -> TrainBench:
+    """Everything above on a throwaway run directory."""
+    from cells.pipeline import make_context
+    from cells.step_02_profiles import get_profile
+    from cells.step_12_model import attach_adapter, boot_model, count_parameters
+    from cells.step_15_train_stage1 import warm_start_conversations
+    from cells.training.sft_data import tokenize_all
+    from cells.training.stages import drop_reference_adapter
+
+    profile = dataclasses.replace(get_profile(profile_name), sft_episodes=sft_episodes)
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+        ctx = make_context(profile_name, tmp)
+        ctx.profile = profile
+        model, tok = boot_model(profile, tmp)
+        params = count_parameters(model).total
+        dataset = tokenize_all(tok, warm_start_conversations(ctx), progress=True)
+        sft, padding, masked = bench_sft(model, tok, dataset, profile, sft_steps, Path(tmp) / "sft")
+        ctx.model, ctx.tokenizer = (model if hasattr(model, "peft_config") else attach_adapter(model, profile)), tok
+        grpo_s, rollout_rate, tokens = bench_grpo(ctx, grpo_steps)
+        mean_completion = max(1, round(tokens / profile.num_generations))
+        drop_reference_adapter(ctx.model)  # the plain trainer adds its own frozen `ref` copy
+        floor_s, floor_tokens = bench_floor(ctx.model, tok, profile, mean_completion, grpo_steps, Path(tmp) / "floor")
+    return TrainBench(profile_name, params, sft, padding, masked, grpo_s, rollout_rate, tokens, floor_s, floor_tokens)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cells bench train")
+    parser.add_argument("--profile", default="cpu-learn")
+    parser.add_argument("--sft-episodes", type=int, default=240, help="fresh expert episodes generated for the SFT timing")
+    parser.add_argument("--sft-steps", type=int, default=20, help="SFT optimiser steps timed (each collator)")
+    parser.add_argument("--grpo-steps", type=int, default=2, help="GRPO steps timed (ours, then plain TRL)")
+    args = parser.parse_args(argv)
+    bench = run_bench(args.profile, args.sft_episodes, args.sft_steps, args.grpo_steps)
+    for line in bench.lines():
+        print(line)
+    return 0

@@ -1,0 +1,60 @@
+"""`python -m cells bench train`: the arithmetic it prints and the collator counting behind SFT tokens/s."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tiny import tiny_tokenizer
+
+from cells.training.bench_train import CountingCollator, TrainBench, main
+
+
+def _bench(**kw):
+    base = dict(profile="cpu-learn", params=643_584, sft_tokens_per_s=6000.0, sft_padding_share=0.05,
+                sft_masked_tokens_per_s=3000.0, grpo_seconds_per_step=30.0, rollout_tokens_per_s=200.0,
+                model_tokens_per_step=1200.0, floor_seconds_per_step=20.0, floor_tokens_per_step=1200.0)
+    base.update(kw)
+    return TrainBench(**base)
+
+
+def test_ratio_is_seconds_per_generated_token_ours_over_plain_trl():
+    assert _bench().ratio_per_generated_token == pytest.approx(1.5)
+    # twice the generated tokens in the same time halves our cost per token
+    assert _bench(model_tokens_per_step=2400.0).ratio_per_generated_token == pytest.approx(0.75)
+    lines = "\n".join(_bench().lines())
+    assert "6,000" in lines and "x2.00" in lines and "x1.50 (target <= 1.5)" in lines
+    assert dataclasses.asdict(_bench())["sft_tokens_per_s"] == 6000.0
+    assert _bench().to_dict()["ratio_per_generated_token"] == pytest.approx(1.5)
+
+
+def test_counting_collator_counts_real_tokens_labels_and_cells_of_trl_padding():
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    tok = tiny_tokenizer()
+    collator = CountingCollator(DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id))
+    rows = [{"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8]}, {"input_ids": [5, 6], "labels": [-100, 6]}]
+    batch = collator(rows)
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]  # TRL's mask has zeros: SDPA's mask path
+    assert (collator.tokens, collator.labelled, collator.padded) == (6, 3, 8)
+
+
+def test_bench_train_is_reachable_from_the_cli(monkeypatch, capsys):
+    import cells.training.bench_train as bt
+    from cells.__main__ import main as cli
+
+    seen = {}
+
+    def fake(profile, sft_episodes, sft_steps, grpo_steps):
+        seen.update(profile=profile, sft_episodes=sft_episodes, sft_steps=sft_steps, grpo_steps=grpo_steps)
+        return _bench(profile=profile)
+
+    monkeypatch.setattr(bt, "run_bench", fake)
+    assert cli(["bench", "train", "--profile", "cpu-smoke", "--sft-steps", "3"]) == 0
+    assert seen == {"profile": "cpu-smoke", "sft_episodes": 240, "sft_steps": 3, "grpo_steps": 2}
+    assert "SFT training tokens/s" in capsys.readouterr().out
+    assert main is bt.main
