@@ -31,14 +31,14 @@ CAP = 4
 
 
 @contextmanager
-def served(stage: int = 2, **limits: Any) -> Iterator[str]:
+def served(stage: int = 2, token: str | None = TOKEN, **limits: Any) -> Iterator[str]:
     """The real app (`build_app`) under uvicorn on a free loopback port, in a thread; yields the base URL."""
     import uvicorn
 
     from cells.server.app import build_app, uvicorn_options
 
     lim = Limits(**limits)
-    app = build_app(stage, token=TOKEN, judge_token=JUDGE, limits=lim)
+    app = build_app(stage, token=token, judge_token=JUDGE, limits=lim)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -291,6 +291,22 @@ def test_oversized_bodies_get_413(url: str) -> None:
     assert_serving(url)
 
 
+def test_a_body_trickling_in_too_slowly_gets_408() -> None:
+    with served(stage=1, body_timeout_s=0.3) as base:
+        port = int(base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            raw.sendall(f"POST /reset HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                        "Content-Type: application/json\r\nContent-Length: 50\r\n\r\n{".encode())
+            reply = b""
+            while not reply.endswith(b"}"):  # the envelope is the whole body
+                chunk = raw.recv(65536)
+                assert chunk, reply
+                reply += chunk
+        head, _, body = reply.decode().partition("\r\n\r\n")
+        assert head.startswith("HTTP/1.1 408") and json.loads(body)["error"]["code"] == "request_timeout"
+        assert_serving(base)
+
+
 def test_oversized_frames_close_the_socket_with_1009(url: str) -> None:
     with ws(url) as conn:
         call(conn, "reset", {"seed": 1})
@@ -394,6 +410,17 @@ def test_tokens_are_required_unless_insecure_local_on_loopback() -> None:
                                          ("127.0.0.1", TOKEN, TOKEN, False)]:
         with pytest.raises(ServerConfigError):
             check_tokens(host, token, judge, insecure)
+
+
+def test_insecure_local_serves_agents_without_a_token_but_keeps_the_judge_view_locked() -> None:
+    with served(stage=1, token=None) as base:
+        assert httpx.get(base + "/schema").status_code == 200
+        with ws(base, headers=None) as conn:
+            call(conn, "reset", {"seed": 1})
+            assert call(conn, "state")["data"]["judge"] is None
+        with ws(base, JUDGE_H) as conn:
+            call(conn, "reset", {"seed": 1})
+            assert call(conn, "state")["data"]["judge"]["state"]["schedule"] is not None
 
 
 def test_serve_command_refuses_to_start_without_a_token() -> None:

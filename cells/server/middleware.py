@@ -10,7 +10,8 @@ upgrades, and the WebSocket at `/ws` is where episodes run. In order, for every 
 3. auth: `Authorization: Bearer <token>` on everything but `/health`, compared with
    `hmac.compare_digest`; the judge token also works and turns on the judge view (`JUDGE_VIEW`).
 4. size limits: HTTP bodies over `max_body_bytes` → 413 before the app reads them (bodies are buffered,
-   so chunked uploads are counted too); WebSocket frames over `max_frame_bytes` → close 1009.
+   so chunked uploads are counted too), a body not in within `body_timeout_s` → 408; WebSocket frames
+   over `max_frame_bytes` → close 1009.
 5. sessions (`/ws` only): one env per connection; at `max_sessions` open connections a new one is
    refused with HTTP 429 + Retry-After (a WebSocket denial response; close 4429 where the server
    cannot send one); a live session is never evicted; a connection with no client frame for
@@ -58,11 +59,13 @@ class Limits:
     max_body_bytes: int = 64 * 1024  # an action is < 20 kB even at MAX_TEXT_CHARS of non-ASCII
     max_frame_bytes: int = 64 * 1024
     retry_after_s: int = 1  # sessions end every few hundred ms under load
+    body_timeout_s: float = 10.0  # a body trickling in slower than this is dropped (408), not waited on
 
     def __post_init__(self) -> None:
-        if self.max_sessions < 1 or self.session_ttl_s <= 0 or self.max_body_bytes < 1024 or self.max_frame_bytes < 1024:
+        if (self.max_sessions < 1 or self.session_ttl_s <= 0 or self.body_timeout_s <= 0
+                or self.max_body_bytes < 1024 or self.max_frame_bytes < 1024):
             raise ValueError(f"limits out of range: {self}; need max_sessions >= 1, session_ttl_s > 0, "
-                             "max_body_bytes and max_frame_bytes >= 1024")
+                             "body_timeout_s > 0, max_body_bytes and max_frame_bytes >= 1024")
 
 
 def envelope(status: int, code: str, message: str, **extra: Any) -> bytes:
@@ -137,17 +140,26 @@ class Guard:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await self.deny(scope, receive, send, 413, "body_too_large", f"request body over {limit} bytes")
             return
-        chunks, size, more = [], 0, True
-        while more:  # buffer the (small) body so chunked uploads are limited too
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # client went away
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            more = message.get("more_body", False)
-            if size > limit:
-                await self.deny(scope, receive, send, 413, "body_too_large", f"request body over {limit} bytes")
-                return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        try:
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                while more:  # buffer the (small) body so chunked uploads are limited too
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # client went away
+                    chunks.append(message.get("body", b""))
+                    size += len(chunks[-1])
+                    more = message.get("more_body", False)
+                    if size > limit:
+                        break
+        except TimeoutError:
+            await self.deny(scope, receive, send, 408, "request_timeout",
+                            f"request body not received within {self.limits.body_timeout_s:g}s")
+            return
+        if size > limit:
+            await self.deny(scope, receive, send, 413, "body_too_large", f"request body over {limit} bytes")
+            return
         body, sent = b"".join(chunks), False
 
         async def replay() -> Message:
