@@ -2,8 +2,8 @@
 
     python -m cells bench server [--stage 2 --seconds 4 --max-steps 20000 --concurrency 1,64]
 
-Three servers, each in its own process under uvicorn with the same options, driven by the same raw
-`websockets` client in this process:
+Three servers, each in its own process under uvicorn with the same options and process set-up (heap
+frozen after start-up, as `serve` does), driven by the same raw `websockets` client in this process:
 - `driftcall`: the real server (`cells.server.app.build_app`: Guard, auth, limits, 64-session cap);
   clients replay expert episodes recorded in process beforehand (so the client costs what a trivial
   client costs) and check every episode ends with the recorded reward.
@@ -101,7 +101,7 @@ def _serve(kind: str, port: int, stage: int, max_sessions: int) -> None:
     """Subprocess entry: serve `kind` on loopback until killed."""
     import uvicorn
 
-    from cells.server.app import build_app, uvicorn_options
+    from cells.server.app import build_app, freeze_heap, uvicorn_options
     from cells.server.middleware import Limits
 
     token = os.environ["DRIFTCALL_TOKEN"]
@@ -110,6 +110,7 @@ def _serve(kind: str, port: int, stage: int, max_sessions: int) -> None:
         app = build_app(stage, token=token, judge_token=None, limits=limits)
     else:
         app = _counter_app(kind == "floor+guard", token, max_sessions)
+    freeze_heap()  # as `serve` does; the same for every server
     uvicorn.run(app, host=HOST, port=port, log_level="warning", **uvicorn_options(limits))
 
 

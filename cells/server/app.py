@@ -179,7 +179,18 @@ def serve(host: str = "127.0.0.1", port: int = 8000, stage: int = 1, *, limits: 
     check_tokens(host, token, judge_token, insecure_local)
     limits = limits or Limits()
     app = build_app(stage, token=token, judge_token=judge_token, limits=limits)
+    freeze_heap()
     uvicorn.run(app, **uvicorn_options(limits), host=host, port=port, log_level=log_level)
+
+
+def freeze_heap() -> None:
+    """Move everything imported so far (OpenEnv pulls gradio: ~330k objects) out of the garbage collector's
+    reach, so full collections under load scan only what episodes allocate (bench server: ~10% less CPU
+    per step at 64 sessions)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def uvicorn_options(limits: Limits) -> dict[str, Any]:
