@@ -26,6 +26,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh)
     total = sum(ctx.timings.values())
     print(f"done: steps {ctx.completed} in {total:.1f}s; run dir {ctx.run_dir}")
+    if "report_md" in ctx.artifacts:
+        print(f"report: {ctx.artifacts['report_md']}")
     return 0
 
 

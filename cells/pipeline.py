@@ -20,18 +20,29 @@ class PipelineError(RuntimeError):
     """A step was asked for that does not exist, or ran out of order."""
 
 
+class MissingInputError(PipelineError):
+    """A step needs a Context slot that an earlier step fills, and that step has not run (yet)."""
+
+
 @dataclass(frozen=True)
 class StepInfo:
-    """One registry entry: its number, module name and a one-line summary."""
+    """One registry entry: its number, module name, a one-line summary, and what it needs.
+
+    `needs` lists `(slot, step)`: a Context slot (`"model"`, or `"reports.eval_spec"` for a key
+    of a dict slot) that must be filled before this step runs, and the step that fills it.
+    """
 
     number: int
     module: str
     summary: str
+    needs: tuple[tuple[str, int], ...] = ()
 
     @property
     def import_path(self) -> str:
         return f"cells.{self.module}"
 
+
+_MODEL = (("model", 12), ("tokenizer", 12))
 
 STEPS: tuple[StepInfo, ...] = (
     StepInfo(1, "step_01_setup", "Detect the runtime, create the run directory, seed RNGs"),
@@ -47,14 +58,16 @@ STEPS: tuple[StepInfo, ...] = (
     StepInfo(12, "step_12_model", "Model + tokenizer boot (Unsloth / transformers+peft / tiny local)"),
     StepInfo(13, "step_13_grpo_config", "GRPOConfig per profile and stage, BETA_KL, reward_fn"),
     StepInfo(14, "step_14_trainer", "Multi-turn GRPO trainer, dataset adapter, adaptive KL"),
-    StepInfo(15, "step_15_train_stage1", "Warm start (SFT on expert trajectories) + GRPO without drift"),
-    StepInfo(16, "step_16_train_stage2", "GRPO with one drift per episode"),
-    StepInfo(17, "step_17_train_stage3", "GRPO with compound drift"),
+    StepInfo(15, "step_15_train_stage1", "Warm start (SFT on expert trajectories) + GRPO without drift", _MODEL),
+    StepInfo(16, "step_16_train_stage2", "GRPO with one drift per episode", _MODEL),
+    StepInfo(17, "step_17_train_stage3", "GRPO with compound drift", _MODEL),
     StepInfo(18, "step_18_eval_baseline", "Reference policies + untrained model on frozen held-out seeds"),
-    StepInfo(19, "step_19_eval_final", "Trained model on the same seeds; paired statistics"),
+    StepInfo(19, "step_19_eval_final", "Trained model on the same seeds; paired statistics",
+             (*_MODEL, ("reports.eval_spec", 18), ("reports.baseline_records", 18))),
     StepInfo(20, "step_20_probe", "Reward-hacking probe on disjoint seeds"),
     StepInfo(21, "step_21_plots", "Training curves, before/after bars, reliability diagram"),
     StepInfo(22, "step_22_summary", "Markdown report with every table"),
+    StepInfo(23, "step_23_demo", "Interactive demo: play an episode turn by turn, inject a drift"),
 )
 
 
@@ -138,12 +151,37 @@ def check_run_dir(ctx: Context, numbers: tuple[int, ...] | set[int]) -> None:
         check_training_reusable(ctx)
 
 
+def _slot_filled(ctx: Context, slot: str) -> bool:
+    name, _, key = slot.partition(".")
+    value = getattr(ctx, name, None)
+    return value is not None and (not key or (isinstance(value, dict) and key in value))
+
+
+def check_needs(ctx: Context, info: StepInfo) -> None:
+    """Raise `MissingInputError` naming the cell to run first when a needed slot is empty."""
+    for slot, producer in info.needs:
+        if not _slot_filled(ctx, slot):
+            name, _, key = slot.partition(".")
+            shown = f"ctx.{name}[{key!r}]" if key else f"ctx.{name}"
+            source = step_by_number(producer)
+            raise MissingInputError(f"step {info.number} ({info.module}) needs {shown}, which step {producer} "
+                                    f"({source.module}) fills: run that cell first (`ctx = step(ctx, {producer})`)")
+
+
 def run_step(ctx: Context, number: int) -> Context:
-    """Import step `number` and call its `run(ctx)`, recording the wall time."""
+    """Import step `number` (re-importing project modules edited since they were loaded) and call its
+    `run(ctx)`, recording the wall time."""
+    from cells.reloading import reload_edited_modules, remember_loaded_modules
+
     info = step_by_number(number)
+    reload_edited_modules()
+    check_needs(ctx, info)
     module = importlib.import_module(info.import_path)
     t0 = time.perf_counter()
-    ctx = module.run(ctx)
+    try:
+        ctx = module.run(ctx)
+    finally:
+        remember_loaded_modules()  # what this step imported is now watched for edits
     ctx.timings[info.module] = time.perf_counter() - t0
     ctx.completed.append(number)
     return ctx

@@ -33,7 +33,7 @@ SUMMARY = {
     1: "[setup]", 2: "[profiles]", 3: "[data]", 4: "[models]", 5: "[vendors]", 6: "[drift]", 7: "[tasks]",
     8: "[rewards]", 10: "[env]", 11: "[agent]", 12: "[model]", 13: "[grpo-config]", 14: "[trainer]",
     15: "[warm start]", 16: "[stage 2]", 17: "[stage 3]", 18: "[eval]", 19: "[eval] trained", 20: "[probe]",
-    21: "[plots]", 22: "[summary]",
+    21: "[plots]", 22: "[summary]", 23: "[demo]",
 }
 PROGRESS = re.compile(r"(GRPO stage \d)?\s*<progress value='(\d+)' max='(\d+)'")
 
@@ -101,3 +101,102 @@ def test_whole_notebook_executes_on_cpu_smoke(tmp_path):
     # the report cell renders report.md itself
     shown = [o["data"]["text/markdown"] for o in cells[22].get("outputs", []) if "text/markdown" in o.get("data", {})]
     assert shown == [(run_dir / "report.md").read_text(encoding="utf-8")]
+    # the demo cell shows the live widget panel
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in cells[23].get("outputs", []))
+
+
+# ---------------------------------------------------------------------------------------------- setup cell
+def _setup_script(repo_url: str = "") -> str:
+    """The notebook's configuration and setup cells as one script (what a fresh kernel runs first)."""
+    config = build_notebook.CONFIG_CODE.replace('REPO_URL = ""', f"REPO_URL = {repo_url!r}")
+    return config + "\n" + build_notebook.SETUP_CODE + "\nprint('ROOT=' + str(ROOT))\n"
+
+
+def _run_setup(cwd, repo_url="", search_roots=None):
+    import subprocess
+
+    env = {**os.environ, "DRIFTCALL_PROFILE": "cpu-smoke", "DRIFTCALL_STEPS": "1-4",
+           "DRIFTCALL_SEARCH_ROOTS": str(search_roots or cwd / "nowhere")}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([sys.executable, "-c", _setup_script(repo_url)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _project_copy(dest):
+    import shutil
+
+    for name in ("cells", "notebooks"):
+        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / "requirements.txt", dest / "requirements.txt")
+    return dest
+
+
+def test_setup_cell_without_a_project_or_url_says_how_to_get_one(tmp_path):
+    done = _run_setup(tmp_path)
+    assert done.returncode != 0 and "DriftCall project not found" in done.stderr and "REPO_URL" in done.stderr
+
+
+def test_setup_cell_finds_an_uploaded_zip(tmp_path):
+    import shutil
+
+    uploads = tmp_path / "content"
+    uploads.mkdir()
+    shutil.make_archive(str(uploads / "driftcall"), "zip", root_dir=_project_copy(tmp_path / "src").parent, base_dir="src")
+    done = _run_setup(tmp_path, search_roots=uploads)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"ROOT={uploads / 'driftcall' / 'src'}" in done.stdout and "profile: cpu-smoke" in done.stdout
+
+
+def test_setup_cell_clones_from_repo_url(tmp_path):
+    import subprocess
+
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("the project is not a git checkout here")
+    done = _run_setup(tmp_path, repo_url=f"file://{ROOT}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"ROOT={tmp_path / 'driftcall'}" in done.stdout and (tmp_path / "driftcall" / "cells" / "pipeline.py").is_file()
+    failed = _run_setup(tmp_path / "driftcall" / "cells", repo_url="file:///no/such/repo")
+    assert failed.returncode == 0  # found the project above the working directory: no clone needed
+
+
+# ---------------------------------------------------------------------------------------------- edit, re-run
+def test_edited_step_module_takes_effect_when_its_cell_reruns(tmp_path):
+    """A user edits cells/step_08_rewards.py and re-runs its cell in the same kernel: the new code runs.
+    A cell whose input is missing names the cell to run first. (Runs in a copy of the project.)"""
+    from nbclient import NotebookClient
+
+    project = _project_copy(tmp_path / "project")
+    nb = nbformat.read(project / "notebooks" / "driftcall.ipynb", as_version=4)
+    cells = _step_cells(nb)
+    setup = [c for c in nb.cells if c.cell_type == "code"][:2]
+    env = {"DRIFTCALL_PROFILE": "cpu-smoke", "DRIFTCALL_RUN_DIR": str(tmp_path / "run"), "DRIFTCALL_STEPS": "",
+           "DRIFTCALL_SEARCH_ROOTS": str(tmp_path / "nowhere")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": str(project / "notebooks")}})
+        with client.setup_kernel():
+            for i, cell in enumerate(setup):
+                client.execute_cell(cell, i)
+            client.execute_cell(cells[8], 0)
+            assert "[rewards]" in _stdout(cells[8]) and "EDITED" not in _stdout(cells[8])
+            module = project / "cells" / "step_08_rewards.py"
+            module.write_text(module.read_text(encoding="utf-8").replace(
+                'print("[rewards]\\n" + penalty_table())', 'print("[rewards] EDITED " + str(WEIGHTS["task"]))'),
+                encoding="utf-8")
+            components = project / "cells" / "rewards" / "components.py"  # a dependency, imported by name
+            components.write_text(components.read_text(encoding="utf-8").replace(
+                "DRIFT_HANDLING_WINDOW = 4", "DRIFT_HANDLING_WINDOW = 9"), encoding="utf-8")
+            client.execute_cell(cells[8], 0)
+            assert "[rewards] EDITED 0.45" in _stdout(cells[8]) and "[reload]" in _stdout(cells[8])
+            probe = nbformat.v4.new_code_cell("import cells.step_08_rewards as s8; print('window', s8.DRIFT_HANDLING_WINDOW)")
+            client.execute_cell(probe, 0)
+            assert "window 9" in _stdout(probe)
+            client.execute_cell(cells[19], 0)  # steps 12 and 18 never ran in this kernel
+            error = [o for o in cells[19].outputs if o.get("output_type") == "error"]
+            assert error and error[0]["ename"] == "MissingInputError"
+            assert "step 12" in error[0]["evalue"] and "run that cell first" in error[0]["evalue"]
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)

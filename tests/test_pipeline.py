@@ -54,3 +54,47 @@ def test_step_import_is_light(module):
     dt, heavy = out.stdout.split(" ", 1)
     assert heavy.strip() == "[]", f"{module} imports {heavy}"
     assert float(dt) < 1.0
+
+
+def test_a_step_whose_input_is_missing_names_the_cell_to_run_first(tmp_path):
+    from cells.pipeline import MissingInputError, make_context, run_step
+
+    ctx = make_context("cpu-smoke", tmp_path)
+    with pytest.raises(MissingInputError, match=r"ctx\.model, which step 12 \(step_12_model\) fills: run that cell"):
+        run_step(ctx, 15)
+    ctx.model, ctx.tokenizer = object(), object()
+    with pytest.raises(MissingInputError, match=r"ctx\.reports\['eval_spec'\], which step 18"):
+        run_step(ctx, 19)
+    assert ctx.completed == []
+
+
+def test_reload_picks_up_edits_and_dependents(tmp_path, monkeypatch):
+    """An edited module and every loaded module that imported from it are re-imported, dependencies first."""
+    from cells import reloading
+
+    pkg = tmp_path / "cells"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "base.py").write_text("VALUE = 1\n")
+    (pkg / "step_99_x.py").write_text("from cells.sub.base import VALUE\ndef run():\n    return VALUE\n")
+    (pkg / "other.py").write_text("X = 0\n")
+    saved = {k: v for k, v in sys.modules.items() if k == "cells" or k.startswith("cells.")}
+    for k in saved:
+        del sys.modules[k]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(reloading, "_seen", {})
+    try:
+        import cells.other  # noqa: F401
+        import cells.step_99_x as step
+
+        reloading.remember_loaded_modules()
+        assert step.run() == 1 and reloading.reload_edited_modules() == []
+        (pkg / "sub" / "base.py").write_text("VALUE = 2\n")
+        order = reloading.reload_edited_modules()
+        assert order.index("cells.sub.base") < order.index("cells.step_99_x") and "cells.other" not in order
+        assert sys.modules["cells.step_99_x"].run() == 2
+    finally:
+        for k in [k for k in sys.modules if k == "cells" or k.startswith("cells.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
