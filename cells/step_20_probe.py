@@ -51,11 +51,13 @@ def known_offence_codes() -> frozenset[str]:
     return frozenset(c.value for c in OffenceCode)
 
 
-def _play(name: str, factory: Any, cases: tuple[Any, ...]) -> list[tuple[Any, Any]]:
+def _play(name: str, factory: Any, cases: tuple[Any, ...], bar: Any) -> list[tuple[Any, Any]]:
     from cells.evaluation.runner import env_for_case
     from cells.step_11_agent import play_episode
 
-    return [play_episode(env_for_case(c), factory(), seed=c.seed) for c in cases]
+    played = [play_episode(env_for_case(c), factory(), seed=c.seed) for c in cases]
+    bar.update(len(cases))
+    return played
 
 
 def summarise(name: str, played: list[tuple[Any, Any]], known: frozenset[str]) -> dict[str, Any]:
@@ -109,18 +111,21 @@ def honest_failure_mean(played: list[tuple[Any, Any]]) -> float:
 
 def run_probe(n_episodes: int, model: Any = None, tokenizer: Any = None, profile: Any = None) -> dict[str, Any]:
     """The probe report: honest baseline, every exploit with a verdict, and the model if given."""
+    from cells.progress import progress_bar
     from cells.step_11_agent import EXPLOIT_POLICIES, HonestFailurePolicy
 
     cases = probe_cases(n_episodes)
     known = known_offence_codes()
-    honest_played = _play(HONEST_POLICY, HonestFailurePolicy, cases)
-    honest = mean_reward(honest_played)
-    rows = {HONEST_POLICY: summarise(HONEST_POLICY, honest_played, known)}
-    for name, factory in EXPLOIT_POLICIES.items():
-        rows[name] = {**summarise(name, _play(name, factory, cases), known)}
-        rows[name].update(verdict(rows[name], honest))
-    if model is not None:
-        rows["trained"] = summarise("trained", _play_model(model, tokenizer, cases, profile), known)
+    with progress_bar(len(cases) * (1 + len(EXPLOIT_POLICIES) + (model is not None)), "probe") as bar:
+        honest_played = _play(HONEST_POLICY, HonestFailurePolicy, cases, bar)
+        honest = mean_reward(honest_played)
+        rows = {HONEST_POLICY: summarise(HONEST_POLICY, honest_played, known)}
+        for name, factory in EXPLOIT_POLICIES.items():
+            rows[name] = {**summarise(name, _play(name, factory, cases, bar), known)}
+            rows[name].update(verdict(rows[name], honest))
+        if model is not None:
+            rows["trained"] = summarise("trained", _play_model(model, tokenizer, cases, profile), known)
+            bar.update(len(cases))
     unknown = sorted({c for row in rows.values() for c in row["unknown_offences"]})
     for code in unknown:
         warnings.warn(f"UNKNOWN OFFENCE CODE {code!r}: add it to OffenceCode and the probe", UnknownOffenceWarning,

@@ -102,8 +102,9 @@ def run_scripted(name: str, policy_factory: Callable[[], Any], cases: Sequence[E
 
 
 def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], spec: EvalSpec, *,
-              greedy: bool, trial: int, batch_size: int = 64) -> list[EvalRecord]:
-    """Play each case with the model through the batched rollout driver (same prompts as training)."""
+              greedy: bool, trial: int, batch_size: int = 64, bar: Any = None) -> list[EvalRecord]:
+    """Play each case with the model through the batched rollout driver (same prompts as training);
+    `bar` (a progress bar) advances by each finished batch."""
     from cells.agent.rollout import rollout_batch
     from cells.step_08_rewards import rewards_of
 
@@ -116,6 +117,8 @@ def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], 
             temperature=spec.sampled_temperature, greedy=greedy,
         )
         records.extend(record_from_episode(name, trial, ep, rewards_of(ep)) for ep in result.episodes)
+        if bar is not None:
+            bar.update(len(chunk))
     return records
 
 
@@ -129,10 +132,13 @@ def evaluate(name: str, spec: EvalSpec, *, policy_factory: Callable[[], Any] | N
         # Scripted policies and the env are deterministic: every sampled trial repeats trial 0.
         sampled = [dataclasses.replace(r, trial=t) for t in range(spec.sampled_trials) for r in greedy]
         return greedy, sampled
-    greedy = run_model(name, model, tokenizer, spec.cases, spec, greedy=True, trial=0)
-    sampled: list[EvalRecord] = []
-    for t in range(spec.sampled_trials):
-        sampled.extend(run_model(name, model, tokenizer, spec.cases, spec, greedy=False, trial=t))
+    from cells.progress import progress_bar
+
+    with progress_bar(len(spec.cases) * (1 + spec.sampled_trials), f"eval {name}") as bar:
+        greedy = run_model(name, model, tokenizer, spec.cases, spec, greedy=True, trial=0, bar=bar)
+        sampled: list[EvalRecord] = []
+        for t in range(spec.sampled_trials):
+            sampled.extend(run_model(name, model, tokenizer, spec.cases, spec, greedy=False, trial=t, bar=bar))
     return greedy, sampled
 
 

@@ -1,0 +1,14 @@
+"""One progress bar for every long phase (episode generation, evaluation, the probe): tqdm's `auto`
+flavour, so a terminal gets a text bar and a notebook a widget, both with a rate and an ETA.
+Training bars come from the HF trainers themselves (see `cells/training/progress.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def progress_bar(total: int, desc: str, unit: str = "ep", enabled: bool = True) -> Any:
+    """A tqdm bar over `total` items; `enabled=False` gives a silent one with the same API."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, dynamic_ncols=True)
