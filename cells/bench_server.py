@@ -10,6 +10,9 @@ frozen after start-up, as `serve` does), driven by the same raw `websockets` cli
 - `floor`: a trivial counter env served by the same OpenEnv `create_app`, nothing added: the ceiling
   any OpenEnv env reaches on this machine.
 - `floor+guard`: the counter behind our Guard (auth, limits): what the Guard itself costs.
+- `driftcall-replay`: the real server with the env replaced by a replay of the same episodes'
+  observations (recorded in process at start-up): DriftCall's serving path (Guard, OpenEnv's frames,
+  pydantic, JSON) without the env's own work.
 Each run is bounded by `--seconds` and `--max-steps` per (server, concurrency). Reported: steps/s,
 p50/p99 step latency, the ratio to the floor, and sessions lost (a connection that closed or answered an
 error mid-episode). Targets (issue 13): ratio >= 0.70, p99 < 20 ms at 64 sessions, nothing lost.
@@ -27,12 +30,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 HOST = "127.0.0.1"  # loopback only, by construction
 COUNTER_EPISODE_STEPS = 6  # about an expert episode's length
 TARGET_RATIO, TARGET_P99_MS = 0.70, 20.0
-KINDS = ("floor", "floor+guard", "driftcall")
+KINDS = ("floor", "floor+guard", "driftcall-replay", "driftcall")
 
 
 @dataclass(frozen=True)
@@ -106,12 +109,51 @@ def _serve(kind: str, port: int, stage: int, max_sessions: int) -> None:
 
     token = os.environ["DRIFTCALL_TOKEN"]
     limits = Limits(max_sessions=max_sessions)
-    if kind == "driftcall":
+    if kind == "driftcall-replay":
+        import cells.openenv_env
+
+        _ReplayCore.record(stage, 200)
+        cells.openenv_env.DriftCallEnv = _ReplayCore  # type: ignore[misc]  # this subprocess only
+    if kind.startswith("driftcall"):
         app = build_app(stage, token=token, judge_token=None, limits=limits)
     else:
         app = _counter_app(kind == "floor+guard", token, max_sessions)
     freeze_heap()  # as `serve` does; the same for every server
     uvicorn.run(app, host=HOST, port=port, log_level="warning", **uvicorn_options(limits))
+
+
+class _ReplayCore:
+    """Stands in for `DriftCallEnv` in the `driftcall-replay` server: answers each reset/step with the
+    observation the real env gave for that seed and turn (recorded once in process)."""
+
+    recordings: ClassVar[dict[int, list[Any]]] = {}
+
+    def __init__(self, stage: int, language_weights: Any = None, **kwargs: Any) -> None:
+        self.stage, self.pending = stage, []
+
+    @classmethod
+    def record(cls, stage: int, n: int) -> None:
+        from cells.agent.policies import ExpertPolicy, GoalReader
+        from cells.step_10_env import DriftCallEnv
+
+        env = DriftCallEnv(stage)
+        for seed in range(n):
+            observations = [env.reset(seed=seed)]
+            policy = ExpertPolicy()
+            policy.reset(observations[0], GoalReader.from_goal(env.goal))
+            while not observations[-1].done:
+                observations.append(env.step_text(policy.act(observations[-1])))
+            cls.recordings[seed] = observations
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None) -> Any:
+        self.pending = list(self.recordings[seed or 0])
+        return self.pending.pop(0)
+
+    def step_text(self, text: str) -> Any:
+        return self.pending.pop(0)
+
+    def close(self) -> None:
+        self.pending = []
 
 
 def _free_port() -> int:
@@ -228,6 +270,7 @@ def bench_server(stage: int = 2, seconds: float = 3.0, max_steps: int = 20_000, 
     """Saturation runs (no think time) interleaved over `rounds` so load from other processes hits every
     server alike, then one paced run per server at the highest concurrency (`think_ms` between steps)."""
     scripts = {"driftcall": expert_scripts(stage, 200)}
+    scripts["driftcall-replay"] = scripts["driftcall"]
     scripts["floor"] = scripts["floor+guard"] = [(0, [None] * COUNTER_EPISODE_STEPS, None)]
     token = secrets.token_urlsafe(24)
     servers = {kind: _start(kind, stage, max(concurrency), token) for kind in KINDS}
@@ -264,14 +307,14 @@ def print_results(results: list[Result], env_us: float | None = None) -> bool:
     """The table, the targets, and PASS/FAIL (True when every target is met)."""
     base = {(r.sessions, r.think_s): r for r in results if r.server == "floor"}
     top = max(r.sessions for r in results)
-    print(f"{'server':<12} {'sessions':>8} {'think ms':>8} {'steps':>7} {'steps/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
+    print(f"{'server':<16} {'sessions':>8} {'think ms':>8} {'steps':>7} {'steps/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
           f"{'server CPU us/step':>18} {'vs floor: steps/s':>17} {'CPU':>5} {'lost':>5}")
     checks = []
     for r in results:
         floor = base[(r.sessions, r.think_s)]
         ratio = r.steps_per_s / floor.steps_per_s if floor.steps_per_s else float("nan")
         cpu_ratio = floor.cpu_us_per_step / r.cpu_us_per_step if r.cpu_us_per_step else float("nan")
-        print(f"{r.server:<12} {r.sessions:>8} {r.think_s * 1e3:>8.0f} {r.steps:>7} {r.steps_per_s:>8,.0f} "
+        print(f"{r.server:<16} {r.sessions:>8} {r.think_s * 1e3:>8.0f} {r.steps:>7} {r.steps_per_s:>8,.0f} "
               f"{r.p50_ms:>7.2f} {r.p99_ms:>7.2f} {r.cpu_us_per_step:>18,.0f} {ratio:>17.2f} {cpu_ratio:>5.2f} "
               f"{r.lost:>5}")
         if r.server == "driftcall":
@@ -281,11 +324,10 @@ def print_results(results: list[Result], env_us: float | None = None) -> bool:
             if r.sessions == top and r.think_s:
                 checks.append((f"p99 < {TARGET_P99_MS:g} ms at {top} paced sessions", r.p99_ms < TARGET_P99_MS))
     if env_us is not None:
-        drift = next(r for r in results if r.server == "driftcall" and r.sessions == top and not r.think_s)
-        floor = base[(top, 0.0)]
-        print(f"in process, the same episodes cost {env_us:,.0f} CPU us/step (env only); over the wire at {top} "
-              f"sessions {drift.cpu_us_per_step:,.0f}: serving adds {drift.cpu_us_per_step - env_us:,.0f} us/step "
-              f"against the floor's {floor.cpu_us_per_step:,.0f} for everything")
+        at_top = {r.server: r for r in results if r.sessions == top and not r.think_s}
+        print(f"at {top} sessions, server CPU us/step: floor {at_top['floor'].cpu_us_per_step:,.0f}; DriftCall's serving "
+              f"path alone (replay) {at_top['driftcall-replay'].cpu_us_per_step:,.0f}; DriftCall "
+              f"{at_top['driftcall'].cpu_us_per_step:,.0f}, of which the env in process costs {env_us:,.0f}")
     print(f"machine: {os.cpu_count()} CPUs shared with other processes (load average "
           f"{os.getloadavg()[0]:.1f}); server CPU us/step is the load-independent cost")
     for name, ok in checks:
