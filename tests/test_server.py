@@ -76,6 +76,9 @@ def assert_envelope(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status
     error = json.loads(response.body if hasattr(response, "body") else response.content)["error"]
     assert error["status"] == status and error["code"] == code and error["request_id"]
+    headers = response.headers
+    ids = headers.get_list("x-request-id") if isinstance(response, httpx.Response) else headers.get_all("x-request-id")
+    assert ids == [error["request_id"]]  # one id, the same in the header and the body
     assert "Traceback" not in json.dumps(error)
     return error
 

@@ -131,8 +131,8 @@ def install_error_handlers(app: Any) -> None:
     from cells.step_10_env import EnvError, InvalidActionError
 
     def respond(status: int, code: str, message: str, **extra: Any) -> Response:
-        return Response(envelope(status, code, message, **extra), status_code=status, media_type="application/json",
-                        headers={"x-request-id": REQUEST_ID.get()})
+        # the Guard adds the x-request-id header to every response
+        return Response(envelope(status, code, message, **extra), status_code=status, media_type="application/json")
 
     async def on_http(_: Any, exc: HTTPException) -> Response:
         detail = exc.detail
