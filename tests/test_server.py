@@ -162,6 +162,21 @@ def test_rollout_batch_plays_remote_envs_like_local_ones(url: str) -> None:
     assert [e.to_json() for e in remote.episodes] == [e.to_json() for e in local.episodes]
 
 
+def test_remote_envs_release_their_session_once_the_episode_is_read(url: str) -> None:
+    from cells.server.client import RemoteDriftCallEnv
+
+    envs = [RemoteDriftCallEnv(url, judge_token=JUDGE) for _ in range(CAP + 2)]  # more envs than sessions
+    for k, env in enumerate(envs):  # never closed, as a trainer's env_factory envs are simply dropped
+        env.reset(seed=k)
+        env.step_text('{"action":"abort","message":"bye"}')
+        assert env.episode().seed == k
+    again = envs[0]  # a released env plays on: reset opens a new session
+    assert again.reset(seed=8).turn == 0 and not again.done
+    again.close()
+    assert [t.name for t in threading.enumerate()].count("driftcall-remote-envs") == 1  # one loop for all
+    assert_serving(url)
+
+
 def test_truncate_over_the_wire_ends_the_episode_as_a_timeout(url: str) -> None:
     from cells.server.client import RemoteDriftCallEnv
 
@@ -268,6 +283,16 @@ def test_every_route_but_health_needs_the_token(url: str, headers: Any) -> None:
         ws(url, headers)
     assert_envelope(refused.value.response, 401, "unauthorized")
     assert httpx.get(url + "/schema", headers=AGENT_H).status_code == 200
+
+
+def test_refused_upgrades_log_no_spurious_server_error(url: str, caplog: Any) -> None:
+    caplog.set_level("INFO", logger="uvicorn.error")
+    for _ in range(3):
+        with pytest.raises(InvalidStatus):
+            ws(url, headers=None)
+    time.sleep(0.3)  # uvicorn logs after the app returns, in the server thread
+    assert any("403" in r.getMessage() or "401" in r.getMessage() for r in caplog.records)  # the denials are logged
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 def test_openenv_client_without_token_is_refused(url: str) -> None:

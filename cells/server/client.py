@@ -13,6 +13,8 @@ turn-0 utterance on the observation. Importing this module imports OpenEnv (~4 s
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 from openenv.core.client_types import StepResult
@@ -29,7 +31,7 @@ from cells.step_10_env import EnvNotResetError, EpisodeNotDoneError
 
 
 class RemoteEnvError(RuntimeError):
-    """A remote call the client can tell is not allowed (no judge token, nothing played yet)."""
+    """A remote call the client can tell is not allowed (no judge token), or the client loop failed."""
 
 
 class DriftCallClient(EnvClient[DriftCallActionModel, DriftCallObservationModel, DriftCallStateModel]):
@@ -47,15 +49,37 @@ class DriftCallClient(EnvClient[DriftCallActionModel, DriftCallObservationModel,
         return DriftCallStateModel(**payload)
 
 
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _run(coro: Any) -> Any:
+    """Run `coro` on the one background event loop all RemoteDriftCallEnvs share (one thread in all,
+    not one per env as OpenEnv's `SyncEnvClient` has) and wait for its result."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None or not _LOOP.is_running():
+            loop, ready = asyncio.new_event_loop(), threading.Event()
+            loop.call_soon(ready.set)
+            threading.Thread(target=loop.run_forever, name="driftcall-remote-envs", daemon=True).start()
+            if not ready.wait(timeout=10):
+                raise RemoteEnvError("the client event loop did not start")
+            _LOOP = loop
+    return asyncio.run_coroutine_threadsafe(coro, _LOOP).result()
+
+
 class RemoteDriftCallEnv:
     """One server session with the DriftCallEnv surface: reset / step_text / step / truncate / done /
-    episode / rewards / close. Each instance holds one WebSocket (one server session) from first use."""
+    episode / rewards / close. The WebSocket (one server session) opens at the first reset; once the
+    judge view of a finished episode has been read (`episode()` / `rewards()`), the session is released
+    so that envs a trainer drops without `close()` do not hold server sessions; the next `reset`
+    opens a new one."""
 
     def __init__(self, base_url: str, *, token: str | None = None, judge_token: str | None = None,
                  message_timeout_s: float = 60.0) -> None:
         secret = judge_token or token
         headers = {"Authorization": f"Bearer {secret}"} if secret else None
-        self.client = DriftCallClient(base_url, headers=headers, message_timeout_s=message_timeout_s).sync()
+        self.client = DriftCallClient(base_url, headers=headers, message_timeout_s=message_timeout_s)
         self.is_judge = judge_token is not None
         self._obs: DriftCallObservation | None = None
         self._judged: tuple[Episode, Rewards] | None = None
@@ -63,21 +87,20 @@ class RemoteDriftCallEnv:
     def reset(self, seed: int | None = None, episode_id: str | None = None) -> DriftCallObservation:
         kwargs = {k: v for k, v in (("seed", seed), ("episode_id", episode_id)) if v is not None}
         self._judged = None
-        return self._take(self.client.reset(**kwargs))
+        return self._take(_run(self._await(lambda: self.client.reset(**kwargs))))
 
     def step_text(self, text: str) -> DriftCallObservation:
         """Send one raw model completion (parsed server-side exactly as in process)."""
-        return self._take(self.client.step(DriftCallActionModel(text=text)))
+        return self._step(DriftCallActionModel(text=text))
 
     def step(self, action: DriftCallAction) -> DriftCallObservation:
-        model = DriftCallActionModel(action_type=action.action_type.value, tool=action.tool_name,
-                                     args=dict(action.tool_args), message=action.message,
-                                     confidence=action.confidence, rationale=action.rationale)
-        return self._take(self.client.step(model))
+        return self._step(DriftCallActionModel(
+            action_type=action.action_type.value, tool=action.tool_name, args=dict(action.tool_args),
+            message=action.message, confidence=action.confidence, rationale=action.rationale))
 
     def truncate(self) -> None:
         """End the running episode as a timeout (the rollout ran out of context)."""
-        self._take(self.client.step(DriftCallActionModel(truncate=True)))
+        self._step(DriftCallActionModel(truncate=True))
 
     @property
     def done(self) -> bool:
@@ -85,7 +108,7 @@ class RemoteDriftCallEnv:
 
     def state(self) -> DriftCallStateModel:
         """Agent view (episode id, turns, done); with the judge token also `.judge`."""
-        return self.client.state()
+        return _run(self._await(lambda: self.client.state()))
 
     def episode(self) -> Episode:
         return self._judge_view()[0]
@@ -94,13 +117,20 @@ class RemoteDriftCallEnv:
         return self._judge_view()[1]
 
     def close(self) -> None:
-        self.client.close()
+        _run(self._await(lambda: self.client.close()))
 
     def __enter__(self) -> RemoteDriftCallEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    @staticmethod
+    async def _await(call: Any) -> Any:
+        return await call()  # called on the loop, EnvClient methods return awaitables
+
+    def _step(self, action: DriftCallActionModel) -> DriftCallObservation:
+        return self._take(_run(self._await(lambda: self.client.step(action))))
 
     def _take(self, result: StepResult[DriftCallObservationModel]) -> DriftCallObservation:
         obs = result.observation
@@ -117,6 +147,7 @@ class RemoteDriftCallEnv:
                 raise EnvNotResetError("call reset(seed) first")
             if not self._obs.done:
                 raise EpisodeNotDoneError("the episode has not ended yet")
-            judge = self.client.state().judge or {}
+            judge = self.state().judge or {}
             self._judged = (Episode.from_dict(judge["episode"]), Rewards.from_dict(judge["rewards"]))
+            _run(self._await(lambda: self.client.disconnect()))  # release the server session (see the class doc)
         return self._judged

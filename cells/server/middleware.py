@@ -28,6 +28,7 @@ import asyncio
 import contextvars
 import hmac
 import json
+import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -42,6 +43,17 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("driftcall_request_id", default="-")
+_DENIED: contextvars.ContextVar[bool] = contextvars.ContextVar("driftcall_ws_denied", default=False)
+_SPURIOUS = "ASGI callable returned without completing handshake."
+
+
+class _DeniedHandshakeFilter(logging.Filter):
+    """uvicorn's websockets-sansio protocol logs `_SPURIOUS` at ERROR after every denial response, although
+    the client got it (uvicorn PR 3138, open). Drop that record only for connections the Guard denied on
+    purpose: the flag is set in the connection's own task, where uvicorn logs it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_DENIED.get() and record.getMessage() == _SPURIOUS)
 ROUTES = frozenset({"/health", "/schema", "/metadata", "/state", "/reset", "/step", "/ws", "/openapi.json"})
 OPEN_PATHS = frozenset({"/health"})
 CLOSE_IDLE, CLOSE_TOO_BIG, CLOSE_CAPACITY = 4408, 1009, 4429
@@ -92,6 +104,9 @@ class Guard:
         self.limits = limits
         self.judge_flag = judge_flag
         self.sessions = 0  # open /ws connections, each holding one env
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        if not any(isinstance(f, _DeniedHandshakeFilter) for f in uvicorn_log.filters):
+            uvicorn_log.addFilter(_DeniedHandshakeFilter())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -217,6 +232,7 @@ class Guard:
             return
         await receive()  # websocket.connect
         if "websocket.http.response" in scope.get("extensions", {}):  # a real HTTP status on the upgrade
+            _DENIED.set(True)
             await send({"type": "websocket.http.response.start", "status": status, "headers": all_headers})
             await send({"type": "websocket.http.response.body", "body": body})
         else:
