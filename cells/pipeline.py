@@ -68,6 +68,9 @@ STEPS: tuple[StepInfo, ...] = (
     StepInfo(21, "step_21_plots", "Training curves, before/after bars, reliability diagram"),
     StepInfo(22, "step_22_summary", "Markdown report with every table"),
     StepInfo(23, "step_23_demo", "Interactive demo: play an episode turn by turn, inject a drift"),
+    StepInfo(24, "step_24_export", "Export adapter (+ CPU base), tokenizer and metadata; reload check; Hub push",
+             (*_MODEL, ("trainer_state.stage3", 17))),
+    StepInfo(25, "step_25_conclusion", "The run in one table: every player on the same held-out seeds"),
 )
 
 
@@ -168,13 +171,17 @@ def check_needs(ctx: Context, info: StepInfo) -> None:
                                     f"({source.module}) fills: run that cell first (`ctx = step(ctx, {producer})`)")
 
 
-def run_step(ctx: Context, number: int) -> Context:
-    """Import step `number` (re-importing project modules edited since they were loaded) and call its
-    `run(ctx)`, recording the wall time."""
+def run_step(ctx: Context, number: int, *, reload_edited: bool = False) -> Context:
+    """Import step `number` and call its `run(ctx)`, recording the wall time.
+
+    `reload_edited=True` (the notebook's cells) first re-imports project modules edited since they
+    were loaded; command-line runs leave it off, so editing files during a long run changes nothing.
+    """
     from cells.reloading import reload_edited_modules, remember_loaded_modules
 
     info = step_by_number(number)
-    reload_edited_modules()
+    if reload_edited:
+        reload_edited_modules()
     check_needs(ctx, info)
     module = importlib.import_module(info.import_path)
     t0 = time.perf_counter()

@@ -125,7 +125,7 @@ print(f"profile: {{PROFILE}} | run dir: {{ctx.run_dir}} | fresh: {{FRESH}} | ste
 
 def step(ctx, number):
     \"\"\"Run step `number` (re-importing edited modules first) unless deselected with DRIFTCALL_STEPS.\"\"\"
-    return run_step(ctx, number) if number in SELECTED or number == 1 else ctx
+    return run_step(ctx, number, reload_edited=True) if number in SELECTED or number == 1 else ctx
 """
 
 

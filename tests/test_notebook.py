@@ -33,7 +33,7 @@ SUMMARY = {
     1: "[setup]", 2: "[profiles]", 3: "[data]", 4: "[models]", 5: "[vendors]", 6: "[drift]", 7: "[tasks]",
     8: "[rewards]", 10: "[env]", 11: "[agent]", 12: "[model]", 13: "[grpo-config]", 14: "[trainer]",
     15: "[warm start]", 16: "[stage 2]", 17: "[stage 3]", 18: "[eval]", 19: "[eval] trained", 20: "[probe]",
-    21: "[plots]", 22: "[summary]", 23: "[demo]",
+    21: "[plots]", 22: "[summary]", 23: "[demo]", 24: "[export]", 25: "[conclusion]",
 }
 PROGRESS = re.compile(r"(GRPO stage \d)?\s*<progress value='(\d+)' max='(\d+)'")
 

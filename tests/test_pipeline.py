@@ -64,7 +64,7 @@ def test_a_step_whose_input_is_missing_names_the_cell_to_run_first(tmp_path):
         run_step(ctx, 15)
     ctx.model, ctx.tokenizer = object(), object()
     with pytest.raises(MissingInputError, match=r"ctx\.reports\['eval_spec'\], which step 18"):
-        run_step(ctx, 19)
+        run_step(ctx, 19, reload_edited=True)
     assert ctx.completed == []
 
 

@@ -1,0 +1,98 @@
+"""Step 24 (export) and step 25 (conclusion): a real peft model exported, reloaded and compared; the
+Hub push is optional and never fails the run; the conclusion table reads the reports it is given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny import tiny_model, tiny_tokenizer
+
+from cells import step_24_export as s24
+from cells import step_25_conclusion as s25
+from cells.evaluation.synthetic import synthetic_reports
+from cells.pipeline import MissingInputError, make_context, run_step
+from cells.training.warm_start import WarmStartResult
+
+
+def _trained_context(tmp_path: Path):
+    """A cpu-smoke Context holding a tiny warm-started base (saved, as step 15 does) under a LoRA whose
+    weights are not the identity (as after GRPO)."""
+    import torch
+
+    tok = tiny_tokenizer()
+    base = tiny_model(tok, seed=3, lora=False)
+    saved = tmp_path / "training" / "warm_start" / "model"
+    base.save_pretrained(str(saved))
+    model = tiny_model(tok, seed=3, lora=True)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    ctx = make_context("cpu-smoke", tmp_path)
+    ctx.model, ctx.tokenizer = model, tok
+    ctx.trainer_state["warm_start"] = WarmStartResult(saved, 1, 1, 1, 1, (), full_model=True)
+    ctx.trainer_state["stage3"] = object()
+    ctx.reports.update(synthetic_reports())
+    return ctx
+
+
+def test_export_reloads_to_the_same_model_and_the_same_greedy_actions(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    ctx = _trained_context(tmp_path)
+    ctx = s24.run(ctx)
+    out = tmp_path / "export"
+    meta = json.loads((out / s24.SIDECAR).read_text(encoding="utf-8"))
+    assert meta["reload_check"]["same_greedy_actions"] and meta["reload_check"]["turns"] > 0
+    assert meta["base_model"] == "base" and meta["profile"] == "cpu-smoke" and meta["hub"].startswith("skipped")
+    assert set(meta["metrics"]) >= {"success", "paired_success_diff", "probe_all_exploits_pass"}
+    assert not (out / "adapter" / "ref").exists()  # only the trained adapter, not TRL's reference copy
+    for rel, digest in meta["files"].items():
+        assert s24._sha256(out / rel) == digest
+    reloaded, tok = s24.load_export(out)
+    ids = torch.tensor([tok("book a flight from HYD", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, ctx.model(ids).logits)
+
+
+def test_export_without_a_trained_adapter_is_refused(tmp_path):
+    ctx = make_context("cpu-smoke", tmp_path)
+    with pytest.raises(MissingInputError, match="step 12"):
+        run_step(ctx, 24)
+    ctx.model, ctx.tokenizer = object(), object()
+    with pytest.raises(s24.ExportError, match="nothing to export"):
+        s24.export_model(ctx, tmp_path / "export")
+    with pytest.raises(s24.ExportError, match="not a DriftCall export"):
+        s24.load_export(tmp_path)
+
+
+def test_hub_push_is_skipped_without_a_token_and_a_failure_never_raises(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("DRIFTCALL_HUB_REPO", "someone/driftcall")
+    assert s24.push_to_hub(tmp_path).startswith("skipped")
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network here: the push fails, and says so
+    assert s24.push_to_hub(tmp_path).startswith("failed (")
+
+
+def test_conclusion_table_reads_every_report(tmp_path, capsys):
+    ctx = make_context("cpu-smoke", tmp_path)
+    ctx.reports.update(synthetic_reports())
+    ctx.artifacts["report_md"] = tmp_path / "report.md"
+    s25.run(ctx)
+    text = ctx.reports["conclusion"]
+    (name, block), = ctx.reports["final"]["policies"].items()
+    assert f"| {name} model | {block['n_episodes']} | {block['success']['value']:.3f}" in text
+    assert "untrained model" in text and "(scripted)" in text
+    diff = ctx.reports["paired"]["metrics"]["success"]["diff"]
+    assert f"| success | {diff['value']:.3f} [{diff['low']:.3f}, {diff['high']:.3f}]" in text
+    assert "report_md" in text and "[conclusion]" in capsys.readouterr().out
+
+
+def test_conclusion_with_nothing_evaluated_still_renders(tmp_path):
+    ctx = make_context("cpu-smoke", tmp_path)
+    text = s25.conclusion_markdown(ctx)
+    assert "| player |" in text and "Paired" not in text and "probe" not in text
