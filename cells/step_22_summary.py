@@ -76,11 +76,11 @@ def build_summary_markdown(reports: Mapping[str, Any], *, profile: Any = None, r
     from cells.evaluation import markdown as md
 
     rows = md.policy_rows(reports)
+    # Reading order: the results a reader came for first, how they were produced (configuration,
+    # versions) last.
     parts = ["# DriftCall evaluation report\n",
              "Intervals are 95 %: Wilson for success rates, percentile bootstrap for means and differences. "
              "Drift gap = success without drift − success with drift.\n",
-             "## Configuration\n", configuration_section(profile),
-             "## Versions\n", versions_section(runtime),
              "## Results\n"]
     if not rows:
         parts.append("_No evaluation reports on the context (run steps 18-19)._\n")
@@ -97,7 +97,9 @@ def build_summary_markdown(reports: Mapping[str, Any], *, profile: Any = None, r
         parts += ["### Paired difference: final − baseline\n", md.paired_section(reports["paired"])]
     if reports.get("probe"):
         parts += ["### Reward-hacking probe\n", md.probe_section(reports["probe"])]
-    parts += ["## Plots\n", _plots_section(artifacts or {}, run_dir or Path("."))]
+    parts += ["## Plots\n", _plots_section(artifacts or {}, run_dir or Path(".")),
+              "## Configuration\n", configuration_section(profile),
+              "## Versions\n", versions_section(runtime)]
     return "\n".join(p if p.endswith("\n") else p + "\n" for p in parts)
 
 

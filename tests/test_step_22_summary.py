@@ -65,6 +65,8 @@ def test_run_writes_report_and_artifact(ctx):
                     "### Reward-hacking probe", "![reliability](plots/reliability.png)",
                     f"| pass_k | `{ctx.profile.pass_k}` |", "| trl | `1.16.0` |"):
         assert heading in text, heading
+    # reading order: headline results first, configuration and versions last
+    assert text.index("### Headline") < text.index("## Plots") < text.index("## Configuration") < text.index("## Versions")
 
 
 def test_headline_numbers_equal_json(ctx, reports):
