@@ -162,6 +162,24 @@ def test_rollout_batch_plays_remote_envs_like_local_ones(url: str) -> None:
     assert [e.to_json() for e in remote.episodes] == [e.to_json() for e in local.episodes]
 
 
+def test_remote_env_waits_for_a_free_session_when_the_server_is_full(url: str) -> None:
+    from cells.server.client import RemoteDriftCallEnv
+
+    with ExitStack() as stack:
+        live = [stack.enter_context(ws(url)) for _ in range(CAP)]
+        threading.Timer(0.3, live[0].close).start()  # a slot frees up while the env waits
+        with RemoteDriftCallEnv(url, judge_token=JUDGE) as env:
+            t0 = time.monotonic()
+            assert env.reset(seed=1).turn == 0 and time.monotonic() - t0 >= 0.25
+    impatient = RemoteDriftCallEnv(url, judge_token=JUDGE, wait_for_session_s=0.2)
+    with ExitStack() as stack:
+        for _ in range(CAP):
+            stack.enter_context(ws(url))
+        with pytest.raises(ConnectionError, match="429"):
+            impatient.reset(seed=1)
+    impatient.close()
+
+
 def test_remote_envs_release_their_session_once_the_episode_is_read(url: str) -> None:
     from cells.server.client import RemoteDriftCallEnv
 
@@ -367,8 +385,15 @@ def test_session_cap_refuses_with_429_and_never_evicts_a_live_session(url: str) 
         for conn in live:  # every live session still plays
             assert call(conn, "step", {"text": '{"action":"speak","message":"hi"}'})["type"] == "observation"
         live[0].close()
-        time.sleep(0.2)  # the server frees the slot when it sees the close
-        with ws(url) as extra:  # the freed slot is usable again
+        deadline = time.monotonic() + 5
+        while True:  # the server frees the slot as soon as it has processed the close
+            try:
+                extra = ws(url)
+                break
+            except InvalidStatus as refused_again:
+                assert refused_again.response.status_code == 429 and time.monotonic() < deadline
+                time.sleep(0.02)
+        with extra:
             assert call(extra, "reset", {"seed": 9})["type"] == "observation"
 
 
@@ -398,11 +423,11 @@ def test_steps_within_a_session_are_answered_in_order(url: str) -> None:
 
 
 def test_idle_sessions_expire_and_busy_ones_do_not() -> None:
-    with served(stage=1, session_ttl_s=0.6) as base:
+    with served(stage=1, session_ttl_s=1.0) as base:
         with ws(base) as idle, ws(base) as busy:
             call(idle, "reset", {"seed": 1})
             call(busy, "reset", {"seed": 1})
-            for _ in range(6):  # 1.2 s of activity, a frame every 0.2 s
+            for _ in range(8):  # 1.6 s of activity, a frame every 0.2 s
                 time.sleep(0.2)
                 assert call(busy, "state")["type"] == "state"
             with pytest.raises(ConnectionClosed) as closed:

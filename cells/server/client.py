@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from openenv.core.client_types import StepResult
@@ -76,18 +77,29 @@ class RemoteDriftCallEnv:
     opens a new one."""
 
     def __init__(self, base_url: str, *, token: str | None = None, judge_token: str | None = None,
-                 message_timeout_s: float = 60.0) -> None:
+                 message_timeout_s: float = 60.0, wait_for_session_s: float = 30.0) -> None:
         secret = judge_token or token
         headers = {"Authorization": f"Bearer {secret}"} if secret else None
         self.client = DriftCallClient(base_url, headers=headers, message_timeout_s=message_timeout_s)
         self.is_judge = judge_token is not None
+        self.wait_for_session_s = wait_for_session_s
         self._obs: DriftCallObservation | None = None
         self._judged: tuple[Episode, Rewards] | None = None
 
     def reset(self, seed: int | None = None, episode_id: str | None = None) -> DriftCallObservation:
+        """Start an episode; opens a session first if none is open, waiting while the server is full (429)."""
         kwargs = {k: v for k, v in (("seed", seed), ("episode_id", episode_id)) if v is not None}
         self._judged = None
-        return self._take(_run(self._await(lambda: self.client.reset(**kwargs))))
+        deadline, pause = time.monotonic() + self.wait_for_session_s, 0.05
+        while True:
+            try:
+                return self._take(_run(self._await(lambda: self.client.reset(**kwargs))))
+            except ConnectionError as exc:
+                status = getattr(getattr(exc.__cause__, "response", None), "status_code", None)
+                if status != 429 or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)  # every session is in use: back off up to the server's Retry-After (1 s)
+                pause = min(2 * pause, 1.0)
 
     def step_text(self, text: str) -> DriftCallObservation:
         """Send one raw model completion (parsed server-side exactly as in process)."""
