@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ from cells.server.middleware import CLOSE_IDLE, CLOSE_TOO_BIG, Limits
 TOKEN, JUDGE = "agent-token-0123456789", "judge-token-0123456789"
 AGENT_H, JUDGE_H = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {JUDGE}"}
 CAP = 4
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
@@ -477,26 +479,23 @@ def test_insecure_local_serves_agents_without_a_token_but_keeps_the_judge_view_l
 
 
 def test_serve_command_refuses_to_start_without_a_token() -> None:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "."}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}  # no DRIFTCALL_TOKEN
     done = subprocess.run([sys.executable, "-m", "cells", "serve", "--port", "1"], capture_output=True, text=True,
-                          env=env, timeout=60)
+                          env=env, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and "DRIFTCALL_TOKEN" in done.stderr
 
 
 def test_manifest_parses_with_openenv_and_names_an_importable_app(monkeypatch: Any) -> None:
-    from pathlib import Path
-
     from openenv.validation.parsers.openenv_yaml import OpenEnvYamlParser
 
     import cells.server.app as app_module
     from cells.server.middleware import Guard
 
-    root = Path(__file__).resolve().parents[1]
-    manifest = OpenEnvYamlParser().parse(root)
+    manifest = OpenEnvYamlParser().parse(ROOT)
     assert manifest.name == "driftcall"
     import yaml
 
-    entry = yaml.safe_load((root / "openenv.yaml").read_text())["app"]
+    entry = yaml.safe_load((ROOT / "openenv.yaml").read_text())["app"]
     assert entry == "cells.server.app:app"
     monkeypatch.setenv("DRIFTCALL_TOKEN", TOKEN)
     monkeypatch.delitem(app_module.__dict__, "app", raising=False)
@@ -508,5 +507,5 @@ def test_importing_the_server_package_stays_light() -> None:
     code = ("import sys, cells.server, cells.server.app, cells.server.middleware, cells.bench_server; "
             "heavy = [m for m in ('openenv', 'fastapi', 'gradio', 'uvicorn', 'torch') if m in sys.modules]; "
             "print(heavy)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
