@@ -217,12 +217,15 @@ PROFILES: dict[str, Profile] = {
         steps_per_stage=(15, 15, 15),
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
         adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
-        sft_episodes=12_000,  # each seen once: ~9M tokens, ~25 min at the measured training tokens/s
+        # Each seen once: ~7.7M tokens (~766 per episode), ~23 min at ~5,500 training tokens/s (an uncontended
+        # 8 x 768 batch measured 6,342 tokens/s on these 2 cores); leaves ~35 min of the 60 for GRPO and evals.
+        sft_episodes=10_000,
         sft_learning_rate=3e-3,
         sft_batch_size=8,
         sft_lr_scheduler="cosine",
         sft_warmup_ratio=0.03,
         sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
+        warm_start_eval_per_cell=4,  # 20 held-out episodes per stage: success per stage after the warm start
         eval_episodes_per_cell=6,
         pass_k=2,  # sampled trials cost as much as greedy ones; 2 keeps the final eval ~10 min
         probe_episodes_per_policy=40,

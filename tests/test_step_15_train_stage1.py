@@ -217,6 +217,13 @@ def test_summarize_eval_counts_valid_turns_success_and_reward():
     assert summary.mean_reward == pytest.approx(0.4)
     assert summary.to_dict()["valid_share"] == pytest.approx(8 / 12)
     assert summary.line().startswith("[warm start] valid-action share on 12 held-out turns: 66.7% (episodes: 3,")
+    assert summary.success_by_stage == () and "by stage" not in summary.line()
+    staged = [SimpleNamespace(**vars(_rec(4, 0, ok, 1.0 * ok)), stage=st)
+              for st, ok in ((1, True), (1, False), (2, False), (3, True))]
+    per = summarize_eval(staged)
+    assert per.success_by_stage == ((1, 0.5, 2), (2, 0.0, 1), (3, 1.0, 1))
+    assert per.line().endswith("; success by stage: 1: 50% of 2, 2: 0% of 1, 3: 100% of 1")
+    assert per.to_dict()["success_by_stage"]["1"] == {"success_rate": 0.5, "episodes": 2}
     empty = summarize_eval([])
     assert (empty.valid_share, empty.success_rate, empty.mean_reward) == (0.0, 0.0, 0.0)
 

@@ -95,6 +95,7 @@ class WarmStartEval:
     invalid_turns: int
     success_rate: float
     mean_reward: float
+    success_by_stage: tuple[tuple[int, float, int], ...] = ()  # (stage, success rate, episodes)
 
     @property
     def valid_share(self) -> float:
@@ -103,23 +104,36 @@ class WarmStartEval:
 
     def to_dict(self) -> dict[str, Any]:
         return {"episodes": self.episodes, "turns": self.turns, "invalid_turns": self.invalid_turns,
-                "valid_share": self.valid_share, "success_rate": self.success_rate, "mean_reward": self.mean_reward}
+                "valid_share": self.valid_share, "success_rate": self.success_rate, "mean_reward": self.mean_reward,
+                "success_by_stage": {str(st): {"success_rate": r, "episodes": n} for st, r, n in self.success_by_stage}}
 
     def line(self) -> str:
         return (f"[warm start] valid-action share on {self.turns} held-out turns: {100 * self.valid_share:.1f}% "
                 f"(episodes: {self.episodes}, success: {100 * self.success_rate:.1f}%, "
-                f"mean reward: {self.mean_reward:.3f})")
+                f"mean reward: {self.mean_reward:.3f})" + self._by_stage())
+
+    def _by_stage(self) -> str:
+        if not self.success_by_stage:
+            return ""
+        return "; success by stage: " + ", ".join(f"{st}: {100 * r:.0f}% of {n}" for st, r, n in self.success_by_stage)
 
 
 def summarize_eval(records: Sequence[Any]) -> WarmStartEval:
-    """Fold evaluation records (`turns_used`, `parse_failures`, `success`, `reward`) into a `WarmStartEval`."""
+    """Fold evaluation records (`turns_used`, `parse_failures`, `success`, `reward`, optional `stage`) into a
+    `WarmStartEval` (success per stage when the records carry one)."""
     n = len(records)
+    stages = sorted({r.stage for r in records if getattr(r, "stage", None) is not None})
+    by_stage = []
+    for stage in stages:
+        sel = [r for r in records if getattr(r, "stage", None) == stage]
+        by_stage.append((stage, sum(1 for r in sel if r.success) / len(sel), len(sel)))
     return WarmStartEval(
         episodes=n,
         turns=sum(int(r.turns_used) for r in records),
         invalid_turns=sum(int(r.parse_failures) for r in records),
         success_rate=sum(1 for r in records if r.success) / n if n else 0.0,
         mean_reward=sum(float(r.reward) for r in records) / n if n else 0.0,
+        success_by_stage=tuple(by_stage),
     )
 
 
