@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 KEY_PACKAGES: tuple[str, ...] = (
-    "torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "openenv-core",
+    "torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "openenv",
 )
 
 
