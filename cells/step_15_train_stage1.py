@@ -8,14 +8,16 @@
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
    is the warm-started model); GPU profiles train the LoRA and save `training/warm_start/adapter`.
    A rerun with the saved warm start present loads it instead of training again. Then the warm-started model plays
-   `eval_plan(profile.warm_start_eval_per_cell)` held-out seeds greedily and the valid-action share
-   is printed and stored (`ctx.trainer_state["warm_start_eval"]`, a `WarmStartEval`).
+   `eval_plan(profile.warm_start_eval_per_cell)` held-out seeds greedily; the valid-action share and
+   success per stage are printed and stored (`ctx.trainer_state["warm_start_eval"]`, a `WarmStartEval`).
 2. GRPO stage 1 (no drift) up to global step `steps_per_stage[0]`, checkpointing adapter-only
    with a `driftcall_meta.json` sidecar under `training/stage1/`, a row per step in
-   `training/metrics.csv`. An interrupted stage resumes from its latest checkpoint on rerun.
+   `training/metrics.csv`. An interrupted stage resumes from its latest checkpoint on rerun. Each GRPO
+   stage ends with `[stage N] zero-variance groups: ...` (share of groups whose G episodes all earned the
+   same reward, so they trained nothing; `cells.training.signal`).
 
 Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_full`), `ctx.tokenizer`.
-Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"]`, `ctx.artifacts["warm_start_adapter"|
+Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"|"stage1_signal"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
 Time: cpu-smoke ~1 min; cpu-learn: warm start ~25 min (it prints its training tokens/s), GRPO stage 1
@@ -78,6 +80,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
     from cells.step_10_env import make_env_factory
     from cells.step_13_grpo_config import build_grpo_config, reward_fn
     from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
+    from cells.training.signal import SignalReport
     from cells.training.stages import curriculum_max_steps
 
     config = build_grpo_config(
@@ -105,7 +108,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         enable_adaptive_kl=ctx.profile.adaptive_kl,
         adaptive_kl_target=ctx.profile.adaptive_kl_target,
         adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
-        callbacks=callbacks,
+        callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
     )
 
 

@@ -400,3 +400,21 @@ def test_expert_episodes_follow_the_stage_language_weights(tmp_path):
     assert all(any("\u0b80" <= ch <= "\u0bff" for ch in c[1]["content"]) for c in convs)  # Tamil script utterances
     uniform = expert_conversations_for(Context(profile=get_profile("cpu-smoke"), run_dir=tmp_path), 4, 2)
     assert [c[1]["content"] for c in uniform] != [c[1]["content"] for c in convs]
+
+
+def test_signal_report_folds_zero_variance_groups_per_stage(capsys):
+    from cells.training.signal import SignalReport, fold_signal
+
+    sink = {}
+    report = SignalReport(2, sink)
+    for zero, reward in ((1.0, 0.0), (0.5, 0.2), (0.0, 0.4)):
+        report.on_log(None, None, None, logs={"groups/zero_std_frac": zero, "reward/mean": reward, "loss": 0.1})
+    report.on_log(None, None, None, logs={"train_runtime": 3.0})  # the end-of-training log carries no signal
+    assert report.on_step_end(None, None, None) is None  # other events: no-ops
+    report.on_train_end(None, None, None)
+    signal = sink["stage2_signal"]
+    assert (signal.stage, signal.steps) == (2, 3)
+    assert signal.zero_variance_groups == pytest.approx(0.5) and signal.mean_reward == pytest.approx(0.2)
+    assert "[stage 2] zero-variance groups: 50% over 3 steps (target <= 30%)" in capsys.readouterr().out
+    assert fold_signal(1, [{"loss": 1.0}]) is None
+    assert "target" not in fold_signal(1, [{"groups/zero_std_frac": 1.0, "reward/mean": 0.0}]).line()

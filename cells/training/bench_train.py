@@ -4,8 +4,10 @@ Prints, from one process (ratios hold even when the machine is shared and absolu
 
 1. SFT training tokens/s (real, unpadded tokens per second of `trainer.train()`) of the warm start exactly
    as step 15 runs it (`sft_warm_start`: every weight trained, length-grouped batches, right padding
-   without a padding mask, TRL's fused LM head on assistant positions only), then the same data through
-   TRL's default padding collator (a mask with zeros: SDPA's explicit-mask path) for the ratio.
+   without a padding mask, TRL's fused LM head on assistant positions only), alternating with the same
+   data through TRL's default padding collator (a mask with zeros: SDPA's explicit-mask path).
+   On a machine shared with other jobs both figures swing by 2-3x from minute to minute; compare them
+   only within one run, and rerun when the machine is quiet for absolute numbers.
 2. GRPO seconds per step of `DriftCallGRPOTrainer` (G multi-turn episodes on the real env) on the model
    the SFT part just trained (so it emits valid actions and episodes run their real length), and its
    rollout generated tokens/s (model tokens per second of rollout).
@@ -84,10 +86,13 @@ class CountingCollator:
         return batch
 
 
-def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out: Path) -> tuple[float, float, float]:
-    """(tokens/s, padding share) of the pipeline's warm start, then tokens/s with TRL's padding collator.
+def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out: Path,
+              rounds: int = 2) -> tuple[float, float, float]:
+    """(tokens/s, padding share) of the pipeline's warm start, and tokens/s with TRL's padding collator.
 
-    Both runs start from the same weights; the pipeline's run is last so `model` leaves warm-started.
+    The two alternate in `rounds` rounds of `steps // rounds` steps each, so a burst of load from other
+    processes on a shared machine hits both; each figure is total tokens over total seconds. The pipeline's
+    rounds train `model` itself (it leaves warm-started), TRL's rounds a copy of it.
     """
     import copy
 
@@ -96,16 +101,22 @@ def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out:
     from cells.training.sft_data import RightPadCollator
     from cells.training.warm_start import sft_warm_start
 
-    def run(m: Any, collator: Any) -> Any:
-        return sft_warm_start(m, tok, dataset, out, learning_rate=profile.sft_learning_rate,
-                              batch_size=profile.sft_batch_size or profile.num_generations, seed=profile.seed,
-                              lr_scheduler_type=profile.sft_lr_scheduler, warmup_ratio=profile.sft_warmup_ratio,
-                              collator=collator, max_steps=steps, disable_tqdm=True, logging_steps=steps)
+    per_round = max(1, steps // rounds)
 
-    masked = run(copy.deepcopy(model), CountingCollator(DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id)))
+    def run(m: Any, collator: Any) -> float:
+        result = sft_warm_start(m, tok, dataset, out, learning_rate=profile.sft_learning_rate,
+                                batch_size=profile.sft_batch_size or profile.num_generations, seed=profile.seed,
+                                lr_scheduler_type=profile.sft_lr_scheduler, warmup_ratio=profile.sft_warmup_ratio,
+                                collator=collator, max_steps=per_round, disable_tqdm=True, logging_steps=per_round)
+        return result.seconds
+
     ours = RightPadCollator(tok.pad_token_id)
-    result = run(model, ours)
-    return result.tokens_per_s, 1 - ours.tokens / max(1, ours.padded), masked.tokens_per_s
+    masked = CountingCollator(DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id))
+    ours_s = masked_s = 0.0
+    for _ in range(rounds):
+        ours_s += run(model, ours)
+        masked_s += run(copy.deepcopy(model), masked)
+    return ours.tokens / ours_s, 1 - ours.tokens / max(1, ours.padded), masked.tokens / masked_s
 
 
 def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float]:
