@@ -4,7 +4,7 @@ One episode: `reset(seed)` draws a goal (step 7), builds the vendor world (step 
 schedule (step 6); each `step(action)` validates, advances the turn, fires due drifts, delivers
 pending notices, dispatches, records and checks the budget. At termination the `Episode` is
 built and `Rewards` (step 8) computed exactly once. `step_text(raw)` parses a model completion
-first (step 11's parser): a parse failure costs a turn, is recorded, and the observation says
+first (the action grammar in `cells/actions.py`): a parse failure costs a turn, is recorded, and the observation says
 what format is expected; three consecutive failures end the episode. Any string is data, never
 a crash: the parser and the data model refuse deep nesting, out-of-range numbers, NaN/Infinity,
 lone surrogates and control characters with a reason, and nothing is recorded until an action is
@@ -17,8 +17,8 @@ tool docs as they were at reset. `state` is the judge view with everything.
 The OpenEnv interface over the same core is in `cells/openenv_env.py`.
 
 Reads `ctx.profile`; writes `ctx.env_factory` (a `functools.partial` building envs per stage).
-Run alone: `python -m cells run --profile cpu-smoke --steps 10` (< 1 s: plays one expert episode
-if step 11 is present). Benchmark: `python -m cells bench env`.
+Run alone: `python -m cells run --profile cpu-smoke --steps 10` (< 1 s: resets one episode per stage).
+Benchmark: `python -m cells bench env`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from cells.agent.parser import ACTION_FORMAT_HELP, ActionParseError, parse_action
+from cells.actions import ACTION_FORMAT_HELP, ActionParseError, parse_action
 from cells.step_04_models import (
     ActionRecord,
     ActionType,
@@ -351,16 +351,12 @@ def stage_env_factories(profile: Any) -> dict[int, Any]:
 
 
 def run(ctx: Context) -> Context:
-    """Store an env factory per stage; play one expert episode per stage as a smoke check."""
+    """Store an env factory per stage and print what each stage's episodes look like (step 11 plays them)."""
     ctx.env_factory = stage_env_factories(ctx.profile)
-    try:
-        from cells.step_11_agent import ExpertPolicy, play_episode
-    except ImportError:
-        print("[env] factories ready (step 11 not present: no smoke episode)")
-        return ctx
     for stage, factory in ctx.env_factory.items():
         env = factory()
-        episode, rewards = play_episode(env, ExpertPolicy(), seed=ctx.profile.seed)
-        print(f"[env] stage {stage}: {episode.goal.domain}/{episode.goal.language} turns={episode.turns_used} "
-              f"drifts={[d.pattern_id for d in episode.drifts]} reward={rewards.reward:.3f}")
+        obs = env.reset(seed=ctx.profile.seed)
+        schedule = [s.pattern_id for s in env.state.schedule]
+        print(f"[env] stage {stage}: budget {env.max_turns} turns, {len(obs.available_tools)} tools; seed "
+              f"{ctx.profile.seed}: {env.goal.domain}/{env.goal.language}, drifts scheduled {schedule}")
     return ctx

@@ -1,7 +1,8 @@
-"""Step 11 - agent I/O: action parser, prompt rendering, scripted policies, episode drivers (DESIGN §8).
+"""Step 11 - agent I/O: prompt rendering, scripted policies, episode drivers (DESIGN §8).
 
 The face of `cells/agent/`:
-- `parser`: `parse_action(text)` / `format_action(action)`: one JSON object per assistant turn;
+- the action grammar (`cells.actions`, the env's, re-exported here): `parse_action(text)` /
+  `format_action(action)`, one JSON object per assistant turn;
 - `prompt`: `initial_messages(goal)` (system prompt + utterance: the only two turn-0 messages) and
   `render_observation(obs)` (`[tool_result] {...}` / `[user] ...` lines);
 - `policies`: `ExpertPolicy` (adapts to every drift, tells the user, calibrated), `NaivePolicy`
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cells.agent.parser import ACTION_FORMAT_HELP, ActionParseError, format_action, parse_action
+from cells.actions import ACTION_FORMAT_HELP, ActionParseError, format_action, parse_action
 from cells.agent.play import PlayResult, conversation, expert_conversations, play_episode, play_many
 from cells.agent.policies import ExpertPolicy, GoalReader, HonestFailurePolicy, NaivePolicy, Policy
 from cells.agent.policies.exploits import EXPLOIT_POLICIES

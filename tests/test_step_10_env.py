@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cells.agent.parser import format_action
+from cells.actions import format_action
 from cells.agent.policies import ExpertPolicy, GoalReader
 from cells.step_04_models import DOMAINS, ActionType, DriftCallAction, TerminatedBy, canonical_json
 from cells.step_05_vendors import TOOL_NAMES

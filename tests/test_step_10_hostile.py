@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cells.agent.parser import MAX_ACTION_CHARS, MAX_ACTION_DEPTH, ActionParseError, parse_action
+from cells.actions import MAX_ACTION_CHARS, MAX_ACTION_DEPTH, ActionParseError, parse_action
 from cells.agent.policies import ExpertPolicy, GoalReader
 from cells.step_04_models import MAX_ABS_NUMBER, ActionType, DriftCallAction, ModelValidationError
 from cells.step_05_vendors import TOOL_NAMES

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from cells.actions import ActionParseError, parse_action
 from cells.agent import play
-from cells.agent.parser import ActionParseError, parse_action
 from cells.agent.policies import (
     ExpertPolicy,
     GoalReader,

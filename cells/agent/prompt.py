@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cells.agent.parser import ACTION_FORMAT_HELP
+from cells.actions import ACTION_FORMAT_HELP
 from cells.step_04_models import DriftCallObservation, GoalSpec, ToolDoc
 
 # Pinned by the seed module (step 14 re-exports it); changing it changes every trained prompt.

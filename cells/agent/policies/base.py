@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from cells.agent.parser import format_action
+from cells.actions import format_action
 from cells.step_04_models import ActionType, Constraint, DriftCallAction, DriftCallObservation, GoalSpec
 
 

@@ -1,4 +1,7 @@
-"""Action format and parser: one JSON object per assistant turn (DESIGN §8).
+"""The environment's action grammar: one JSON object per assistant turn (DESIGN §8), parsed here.
+
+It lives with the environment (step 10's `step_text` parses every completion), below the agent
+layer that writes actions (step 11's policies print them with `format_action`).
 
 Accepted objects (keys beyond these are rejected so typos surface as reasons, not silent drops):
 

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cells.agent.parser import ActionParseError, extract_json_objects, format_action, parse_action
+from cells.actions import ActionParseError, extract_json_objects, format_action, parse_action
 from cells.step_04_models import ActionType, DriftCallAction
 
 
