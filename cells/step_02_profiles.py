@@ -217,8 +217,8 @@ PROFILES: dict[str, Profile] = {
         steps_per_stage=(15, 15, 15),
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
         adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
-        # Each seen once: ~7.7M tokens (~766 per episode), ~23 min at ~5,500 training tokens/s (an uncontended
-        # 8 x 768 batch measured 6,342 tokens/s on these 2 cores); leaves ~35 min of the 60 for GRPO and evals.
+        # Each seen once: ~7.7M tokens (~766 per episode), ~23 min at ~5,500 training tokens/s (`bench train
+        # --profile cpu-learn` on a quiet moment of the shared 2 cores: 5,595); leaves ~35 min for GRPO and evals.
         sft_episodes=10_000,
         sft_learning_rate=3e-3,
         sft_batch_size=8,
