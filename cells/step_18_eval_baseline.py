@@ -1,8 +1,11 @@
-"""Step 18 - baseline evaluation: the untrained model and the scripted reference policies on frozen held-out seeds.
+"""Step 18 - baseline evaluation: the model before GRPO and the scripted reference policies on frozen held-out seeds.
 
 The plan is `profile.eval_episodes_per_cell` seeds per (stage, language) from the reserved
 evaluation range (`cells.evaluation.runner.eval_plan`). The model is evaluated with its LoRA
-adapter disabled, i.e. the base model before warm start and GRPO; trial 0 is greedy, pass^k uses
+adapter disabled: on GPU profiles the pretrained base before the warm start and GRPO; on CPU
+profiles (`warm_start_full`) the warm-started base, because the warm start trains that base
+itself (step 15) - so there the paired comparison of step 19 is the GRPO effect alone, and the
+warm start's own held-out play is step 15's `warm_start_eval`. Trial 0 is greedy, pass^k uses
 `profile.pass_k` sampled trials. The scripted random, naive and expert policies play the same
 seeds as reference rows.
 

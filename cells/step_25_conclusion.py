@@ -1,8 +1,9 @@
 """Step 25 - conclusion: the run in one table, at the end of the notebook.
 
-One row per player evaluated on the same frozen held-out seeds (the scripted references, the
-untrained model, the warm-started model where step 15 evaluated it, the trained model): held-out
-success with its 95% CI and mean reward; then the paired trained − untrained differences with CIs
+One row per player evaluated on the same frozen held-out seeds (the scripted references, the model
+before GRPO with its adapter off (step 18), the warm-started model where step 15 evaluated it, the
+trained model): held-out success with its 95% CI and mean reward; then the paired trained − before
+differences with CIs
 and p-values, the probe's verdict, and where the report and the export are. Every number is read
 from the reports the earlier steps wrote (nothing is recomputed here).
 
@@ -36,7 +37,7 @@ def player_rows(reports: dict[str, Any], warm_start: Any = None) -> list[tuple[s
     rows = []
     for source in ("reference", "baseline"):
         for name, block in reports.get(source, {}).get("policies", {}).items():
-            label = "untrained model" if source == "baseline" else f"{name} (scripted)"
+            label = "model before GRPO (adapter off)" if source == "baseline" else f"{name} (scripted)"
             rows.append((label, str(block["n_episodes"]), _ci(block["success"]),
                          _ci(block["components"].get("reward"))))
     if warm_start is not None:
@@ -57,7 +58,7 @@ def conclusion_markdown(ctx: Context) -> str:
     lines += [f"| {p} | {n} | {s} | {r} |" for p, n, s, r in player_rows(reports, ctx.trainer_state.get("warm_start_eval"))]
     paired = reports.get("paired", {})
     if paired:
-        lines += ["", f"Paired trained − untrained over {paired['n_pairs']} episodes ({paired.get('test', '')}):", "",
+        lines += ["", f"Paired trained − before-GRPO over {paired['n_pairs']} episodes ({paired.get('test', '')}):", "",
                   "| metric | difference [95% CI] | p-value |", "|---|---|---|"]
         lines += [f"| {m} | {_ci(v.get('diff'))} | {_num(v.get('p_value'))} |" for m, v in paired["metrics"].items()]
     probe = reports.get("probe")

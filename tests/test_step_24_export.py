@@ -86,7 +86,7 @@ def test_conclusion_table_reads_every_report(tmp_path, capsys):
     text = ctx.reports["conclusion"]
     (name, block), = ctx.reports["final"]["policies"].items()
     assert f"| {name} model | {block['n_episodes']} | {block['success']['value']:.3f}" in text
-    assert "untrained model" in text and "(scripted)" in text
+    assert "model before GRPO (adapter off)" in text and "(scripted)" in text
     diff = ctx.reports["paired"]["metrics"]["success"]["diff"]
     assert f"| success | {diff['value']:.3f} [{diff['low']:.3f}, {diff['high']:.3f}]" in text
     assert "report_md" in text and "[conclusion]" in capsys.readouterr().out
