@@ -71,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--insecure-local", action="store_true", help="no agent token; loopback hosts only")
     p_serve.set_defaults(func=_cmd_serve)
     args = parser.parse_args(argv)
+    from cells.errors import DriftCallError
+
     try:
         return int(args.func(args))
-    except ValueError as exc:  # ProfileError, PipelineError's siblings: user input problems
-        print(f"error: {exc}", file=sys.stderr)
+    except DriftCallError as exc:  # the project's own errors say what to do: one line, no traceback
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_04_models import (
     MAX_ABS_NUMBER,
     MAX_ARGS_DEPTH,
@@ -58,7 +59,7 @@ _MAX_INT_CHARS = len(str(MAX_ABS_NUMBER)) + 1  # a sign, then at most as many di
 MAX_REASON_CHARS = 300  # a reason quotes model text; keep the observation short
 
 
-class ActionParseError(ValueError):
+class ActionParseError(DriftCallError, ValueError):
     """The text is not exactly one valid action object; `reason` says why in one line."""
 
     def __init__(self, reason: str) -> None:

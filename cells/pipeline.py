@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.step_02_profiles import Profile
 
 
-class PipelineError(RuntimeError):
+class PipelineError(DriftCallError, RuntimeError):
     """A step was asked for that does not exist, or ran out of order."""
 
 

@@ -16,13 +16,15 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 LANGUAGES: tuple[str, ...] = ("hi", "ta", "kn", "en", "hinglish")
 
 
-class ProfileError(ValueError):
+class ProfileError(DriftCallError, ValueError):
     """An unknown profile name or an inconsistent set of knobs."""
 
 
@@ -136,9 +138,9 @@ class Profile:
                 f"num_generations must be >= 2 for group-relative advantages (got {self.num_generations}); "
                 "set it to 2 or more"
             )
-        batch = self.prompts_per_step * self.num_generations
-        if batch % self.num_generations:
-            raise ProfileError(f"batch {batch} must be divisible by num_generations {self.num_generations}")
+        if self.prompts_per_step < 1:  # the GRPO batch is prompts_per_step groups of num_generations episodes
+            raise ProfileError(f"prompts_per_step must be >= 1 (got {self.prompts_per_step}): each GRPO step "
+                               "plays that many groups of num_generations episodes")
         if self.model_id is None and self.tiny is None:
             raise ProfileError(f"profile {self.name!r}: set model_id (Hub model) or tiny (local recipe)")
         if len(self.steps_per_stage) != 3 or min(self.steps_per_stage) < 0:

@@ -17,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
@@ -30,7 +32,7 @@ FIXTURE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-class DataError(ValueError):
+class DataError(DriftCallError, ValueError):
     """A fixture is missing, unparsable or lacks required keys; the message names the file and key."""
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_string  # what json.dumps(ensure_ascii=False) uses
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
+from cells.errors import DriftCallError
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
@@ -34,7 +36,7 @@ DRIFT_KINDS: tuple[str, ...] = ("schema", "policy", "tnc", "pricing", "auth")
 RATIONALE_MAX_CHARS = 200
 
 
-class ModelValidationError(ValueError):
+class ModelValidationError(DriftCallError, ValueError):
     """A data-model value broke a rule; `field_name` says which field."""
 
     def __init__(self, type_name: str, field_name: str, message: str) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
 from cells.step_04_models import (
     DOMAINS,
     DRIFT_KINDS,
@@ -46,7 +47,7 @@ GOAL_WRITE_TOOLS = {"airline": "airline.book", "cab": "cab.book", "restaurant": 
 PAYMENT_SHARE_STAGE3 = 0.35  # chance the second stage-3 drift hits the payment gateway
 
 
-class DriftCatalogueError(ValueError):
+class DriftCatalogueError(DriftCallError, ValueError):
     """drifts.yaml is malformed; the message names the file, entry, key and the allowed values."""
 
 

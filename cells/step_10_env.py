@@ -29,6 +29,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from cells.actions import ACTION_FORMAT_HELP, ActionParseError, parse_action
+from cells.errors import DriftCallError
 from cells.step_04_models import (
     ActionRecord,
     ActionType,
@@ -82,7 +83,7 @@ def loggable_text(text: object, limit: int = 2000) -> str:
     return _SURROGATES.sub("\ufffd", raw[:limit])
 
 
-class EnvError(RuntimeError):
+class EnvError(DriftCallError, RuntimeError):
     """Base of the environment's usage errors; raising one never changes the episode."""
 
 

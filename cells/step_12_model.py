@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
 from cells.step_02_profiles import Profile
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 
-class ModelBootError(RuntimeError):
+class ModelBootError(DriftCallError, RuntimeError):
     """The requested model path cannot run here; the message says what to install or change."""
 
 

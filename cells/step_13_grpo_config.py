@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
 from cells.step_02_profiles import Profile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +29,7 @@ STAGES: tuple[int, ...] = (1, 2, 3)
 COMPONENT_NAMES: tuple[str, ...] = ("r_task", "r_drift", "r_constraints", "r_format", "r_penalty", "brier")
 
 
-class GRPOConfigError(ValueError):
+class GRPOConfigError(DriftCallError, ValueError):
     """A stage or override is invalid; the message names the rule and the fix."""
 
 

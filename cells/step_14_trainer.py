@@ -35,6 +35,7 @@ from cells.agent.prompt import (  # PINNED_SYSTEM_PROMPT: seed API re-export
     PINNED_SYSTEM_PROMPT,
     initial_messages,
 )
+from cells.errors import DriftCallError
 from cells.step_13_grpo_config import BETA_KL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +48,7 @@ DEFAULT_BETA_MAX: float = 1.0
 DEFAULT_KP: float = 2.0
 
 
-class TrainerSetupError(ValueError):
+class TrainerSetupError(DriftCallError, ValueError):
     """The trainer was given inputs it cannot train on; the message says what to change."""
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cells.errors import DriftCallError
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 
-class MissingStepError(RuntimeError):
+class MissingStepError(DriftCallError, RuntimeError):
     """Step 19 ran without the model or the baseline evaluation it compares against."""
 
 

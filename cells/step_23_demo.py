@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
@@ -33,7 +35,7 @@ MODEL_PLAYERS: tuple[str, ...] = ("model (adapter off)", "model (trained)")
 RESULT_PREVIEW_CHARS = 600  # long listings are cut in the panel (the episode keeps them whole)
 
 
-class DemoError(RuntimeError):
+class DemoError(DriftCallError, RuntimeError):
     """The demo was asked for something it cannot do (unknown player, no model, episode over)."""
 
 

@@ -29,6 +29,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.errors import DriftCallError
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
@@ -37,7 +39,7 @@ SIDECAR = "driftcall_export.json"
 RELOAD_CHECK_EPISODES = 3
 
 
-class ExportError(RuntimeError):
+class ExportError(DriftCallError, RuntimeError):
     """The run has nothing exportable (no trained adapter) or an export directory is incomplete."""
 
 

@@ -98,3 +98,35 @@ def test_reload_picks_up_edits_and_dependents(tmp_path, monkeypatch):
         for k in [k for k in sys.modules if k == "cells" or k.startswith("cells.")]:
             del sys.modules[k]
         sys.modules.update(saved)
+
+
+def test_every_project_error_has_one_base_class():
+    """Each `*Error` class defined under cells/ derives from DriftCallError (the CLI prints those as one line)."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    from cells.errors import DriftCallError
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / "cells").rglob("*.py")):
+        if path.name == "__main__.py":
+            continue
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        module = importlib.import_module(name)
+        found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if cls.__module__ == name and issubclass(cls, BaseException) and not issubclass(cls, Warning)]
+    assert len(found) > 30
+    assert [c.__qualname__ for c in found if not issubclass(c, DriftCallError)] == []
+
+
+def test_cli_prints_project_errors_as_one_line_and_lets_other_errors_show_a_traceback(tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "cells", "run", "--profile", "cpu-smoke", "--steps", "99"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+    assert bad.stderr.startswith("error: PipelineError: no step 99") and "Traceback" not in bad.stderr
+    crash = subprocess.run([sys.executable, "-c", "import sys; from cells.__main__ import main; "
+                            "import cells.__main__ as m; m._cmd_list = lambda a: int('x'); sys.exit(main(['list']))"],
+                           capture_output=True, text=True, timeout=120)
+    assert crash.returncode == 1 and "Traceback" in crash.stderr and "ValueError" in crash.stderr

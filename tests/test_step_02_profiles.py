@@ -31,6 +31,7 @@ def test_unknown_profile_lists_valid_names():
 
 @pytest.mark.parametrize("change, fragment", [
     ({"num_generations": 1}, "num_generations"),
+    ({"prompts_per_step": 0}, "prompts_per_step must be >= 1"),
     ({"steps_per_stage": (1, 2)}, "steps_per_stage"),
     ({"language_weights": ((("xx", 1.0),),) * 3}, "languages"),
     ({"precision": "int3"}, "precision"),
@@ -57,3 +58,7 @@ def test_seed_ranges_are_disjoint_and_ordered():
     assert EVAL_SEEDS.seed(0) in EVAL_SEEDS and EVAL_SEEDS.seed(0) not in PROBE_SEEDS
     with pytest.raises(ProfileError):
         EVAL_SEEDS.seed(EVAL_SEEDS.stop - EVAL_SEEDS.start)
+
+
+def test_one_prompt_per_step_is_enough():
+    assert dataclasses.replace(Profile(), prompts_per_step=1).prompts_per_step == 1

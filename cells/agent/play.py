@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.agent.policies.base import GoalReader, Policy
+from cells.errors import DriftCallError
 from cells.step_04_models import Episode, Rewards
 
 MAX_POLICY_TURNS = 64  # far above every stage budget; a policy can never loop forever
 
 
-class PlayError(RuntimeError):
+class PlayError(DriftCallError, RuntimeError):
     """The env did not end within MAX_POLICY_TURNS (an env bug: budgets end every episode)."""
 
 

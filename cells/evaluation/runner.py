@@ -17,12 +17,13 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.evaluation.records import EvalRecord, record_from_episode
 
 SAMPLED_TEMPERATURE = 0.7
 
 
-class EvalMismatchError(ValueError):
+class EvalMismatchError(DriftCallError, ValueError):
     """Baseline and final evaluations used different seeds or decoding; paired statistics would lie."""
 
 

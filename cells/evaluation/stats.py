@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from cells.errors import DriftCallError
 from cells.evaluation.records import EvalRecord
 from cells.step_04_models import stable_int
 
@@ -31,7 +32,7 @@ PAIRED_TEST = "two-sided paired sign-flip permutation test on the mean differenc
 PERMUTATIONS = 9999
 
 
-class SeedMismatchError(ValueError):
+class SeedMismatchError(DriftCallError, ValueError):
     """Baseline and final record sets do not cover exactly the same (seed, stage, language, trial) keys."""
 
 

@@ -13,10 +13,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cells.errors import DriftCallError
+
 ADVANTAGE_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)
 
 
-class BatchError(ValueError):
+class BatchError(DriftCallError, ValueError):
     """The generation batch does not have the shape the trainer relies on."""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_04_models import Booking, Constraint, DriftEvent
 
 from .common import is_specific, norm_text
@@ -24,7 +25,7 @@ from .common import is_specific, norm_text
 PatternLookup = Mapping[str, Any] | Callable[[str], Any]
 
 
-class RewardInputError(LookupError):
+class RewardInputError(DriftCallError, LookupError):
     """The reward cannot be computed from its inputs (e.g. a fired drift unknown to the catalogue)."""
 
 

@@ -19,6 +19,7 @@ import logging
 import os
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.server.middleware import REQUEST_ID, ROUTES, Guard, Limits, envelope
 
 TOKEN_ENV, JUDGE_TOKEN_ENV, STAGE_ENV = "DRIFTCALL_TOKEN", "DRIFTCALL_JUDGE_TOKEN", "DRIFTCALL_STAGE"
@@ -26,7 +27,7 @@ MIN_TOKEN_CHARS = 16
 log = logging.getLogger("driftcall.server")
 
 
-class ServerConfigError(ValueError):
+class ServerConfigError(DriftCallError, ValueError):
     """The server would start insecure or misconfigured; the message says what to set."""
 
 

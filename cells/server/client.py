@@ -21,6 +21,7 @@ from typing import Any
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
+from cells.errors import DriftCallError
 from cells.openenv_env import (
     DriftCallActionModel,
     DriftCallObservationModel,
@@ -31,7 +32,7 @@ from cells.step_04_models import DriftCallAction, DriftCallObservation, Episode,
 from cells.step_10_env import EnvNotResetError, EpisodeNotDoneError
 
 
-class RemoteEnvError(RuntimeError):
+class RemoteEnvError(DriftCallError, RuntimeError):
     """A remote call the client can tell is not allowed (no judge token), or the client loop failed."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_03_data import load_fixture
 from cells.step_04_models import GOAL_DOMAINS, LANGUAGES, Booking, Constraint
 from cells.tasks.i18n import LANGUAGE_SCRIPT, has_script, nfc, phrases
@@ -68,7 +69,7 @@ _HHMM = re.compile(r"^\d{2}:\d{2}$")
 _ISO_TIME = re.compile(r"T(\d{2}:\d{2})")
 
 
-class TaskDataError(ValueError):
+class TaskDataError(DriftCallError, ValueError):
     """templates.yaml / i18n.yaml broke a rule; the message names the file, template, key and fix."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_04_models import GOAL_DOMAINS, LANGUAGES, Constraint, GoalSpec, rng_for, stable_id
 from cells.tasks import catalog
 from cells.tasks.catalog import Template
@@ -38,7 +39,7 @@ CAB_HOURS = (5, 22)
 
 
 
-class TaskGenerationError(ValueError):
+class TaskGenerationError(DriftCallError, ValueError):
     """Bad arguments to `generate` (stage, language weights); the message names the fix."""
 
 

@@ -12,6 +12,7 @@ import unicodedata
 from datetime import date, datetime
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_03_data import load_fixture
 from cells.step_04_models import LANGUAGES
 
@@ -31,7 +32,7 @@ _SCRIPT_RANGES: tuple[tuple[str, int, int], ...] = (
 DOMINANT_SHARE = 0.6  # a script must hold this share of the letters to name the text's script
 
 
-class I18nError(ValueError):
+class I18nError(DriftCallError, ValueError):
     """A localisation table lacks an entry; the message names the key and language."""
 
 

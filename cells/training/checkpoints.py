@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cells.errors import DriftCallError
+
 META_NAME = "driftcall_meta.json"
 TRAINER_STATE_NAME = "trainer_state.json"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -57,7 +59,7 @@ WAYS_ON = (
 )
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(DriftCallError, RuntimeError):
     """A checkpoint is missing, incomplete, or holds something it must not (full weights)."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from cells.errors import DriftCallError
 from cells.training.checkpoints import (
     assert_adapter_only,
     build_meta,
@@ -43,7 +44,7 @@ from cells.training.progress import use_stage_progress
 TrainerFactory = Callable[[Path, list[Any]], Any]  # (output_dir, callbacks) -> transformers.Trainer
 
 
-class CurriculumError(RuntimeError):
+class CurriculumError(DriftCallError, RuntimeError):
     """A stage cannot run or resume consistently (schedule mismatch, missing checkpoint, ...)."""
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from cells.errors import DriftCallError
+
 LANG_COLUMNS = tuple(f"reward/lang/{lang}" for lang in ("hi", "ta", "kn", "en", "hinglish"))
 COMPONENT_COLUMNS = ("reward/task", "reward/drift", "reward/constraints", "reward/format", "reward/penalty")
 COLUMNS: tuple[str, ...] = (
@@ -66,7 +68,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 _SUMMARY_KEYS = ("train_runtime", "train_loss", "total_flos")
 
 
-class MetricsSchemaError(RuntimeError):
+class MetricsSchemaError(DriftCallError, RuntimeError):
     """An existing metrics.csv has a different header than `COLUMNS`."""
 
 

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cells.errors import DriftCallError
+
 ASSISTANT_ROLES = ("assistant", "model")
 IGNORE_INDEX = -100
 
 
-class WarmStartError(ValueError):
+class WarmStartError(DriftCallError, ValueError):
     """Bad conversations or a chat template that cannot be rendered incrementally."""
 
 

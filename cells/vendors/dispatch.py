@@ -12,6 +12,7 @@ import functools
 import json
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_04_models import (
     DOMAINS,
     ToolDoc,
@@ -33,7 +34,7 @@ TIMEOUT_BASIS_POINTS = 100  # 1% of calls time out (decided per identical call a
 TIMEOUT_LATENCY_MS = 8000
 
 
-class UnknownDomainError(ValueError):
+class UnknownDomainError(DriftCallError, ValueError):
     """describe_schema/tool_docs was asked for a domain that has no vendor."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_04_models import ToolStatus
 
 
@@ -71,7 +72,7 @@ ERROR_TABLE: dict[ErrorCode, tuple[ToolStatus, str]] = {
 }
 
 
-class VendorError(Exception):
+class VendorError(DriftCallError):
     """An agent-facing vendor error: becomes an error ToolResult, never a crash."""
 
     def __init__(self, code: ErrorCode, **extras: Any) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_04_models import DOMAINS, Booking, GoalSpec
 
 # Every flag a drift may set, with its pre-drift value. Drift patterns may only set these keys.
@@ -87,7 +88,7 @@ class World:
         }
 
 
-class FlagError(KeyError):
+class FlagError(DriftCallError, KeyError):
     """A drift tried to set a flag the vendor does not have."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from cells.actions import format_action
+from cells.errors import DriftCallError
 from cells.step_04_models import ActionType, Constraint, DriftCallAction, DriftCallObservation, GoalSpec
 
 
@@ -55,7 +56,7 @@ class Policy(Protocol):
     def act(self, observation: DriftCallObservation, history: Any = None) -> str: ...
 
 
-class PolicyNotResetError(RuntimeError):
+class PolicyNotResetError(DriftCallError, RuntimeError):
     """`act` was called before `reset` (scripted players need the turn-0 observation and reader)."""
 
 
