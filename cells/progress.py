@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def progress_bar(total: int, desc: str, unit: str = "ep", enabled: bool = True) -> Any:
-    """A tqdm bar over `total` items; `enabled=False` gives a silent one with the same API."""
+def progress_bar(total: int, desc: str, unit: str = "ep", enabled: bool = True, leave: bool = True) -> Any:
+    """A tqdm bar over `total` items; `enabled=False` gives a silent one with the same API, `leave=False`
+    one that disappears when done (for a phase inside a longer one)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=leave, dynamic_ncols=True)

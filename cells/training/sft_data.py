@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cells.progress import progress_bar
+
 IGNORE_INDEX = -100
 
 
@@ -48,7 +50,7 @@ def generate_conversations(plan: Sequence[EpisodePlanItem], progress: bool = Fal
     from cells.step_10_env import DriftCallEnv
 
     per_item: list[list[list[dict[str, str]]]] = []
-    bar = _bar(sum(i.count for i in plan), "expert episodes", progress)
+    bar = progress_bar(sum(i.count for i in plan), "expert episodes", enabled=progress, leave=False)
     for item in plan:
         env = DriftCallEnv(item.stage, dict(item.language_weights))
         chunk: list[list[dict[str, str]]] = []
@@ -75,7 +77,7 @@ def tokenize_all(tokenizer: Any, conversations: Sequence[Sequence[dict[str, Any]
 
     ids: list[list[int]] = []
     labels: list[list[int]] = []
-    bar = _bar(len(conversations), "tokenize", progress)
+    bar = progress_bar(len(conversations), "tokenize", enabled=progress, leave=False)
     for conv in conversations:
         tc = tokenize_conversation(tokenizer, conv)
         ids.append(list(tc.input_ids))
@@ -111,8 +113,3 @@ class RightPadCollator:
         self.padded += input_ids.numel()
         return {"input_ids": input_ids, "labels": labels, "attention_mask": torch.ones_like(input_ids)}
 
-
-def _bar(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled, unit="ep", leave=False)
