@@ -21,7 +21,7 @@ from cells.errors import DriftCallError
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
-LANGUAGES: tuple[str, ...] = ("hi", "ta", "kn", "en", "hinglish")
+LANGUAGES: tuple[str, ...] = ("hi", "ta", "kn", "en", "hinglish")  # the one home (step 4 re-exports it)
 
 
 class ProfileError(DriftCallError, ValueError):

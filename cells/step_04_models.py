@@ -25,13 +25,13 @@ from json.encoder import encode_basestring as _json_string  # what json.dumps(en
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from cells.errors import DriftCallError
+from cells.step_02_profiles import LANGUAGES  # declared in the earliest step that needs it
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 DOMAINS: tuple[str, ...] = ("airline", "cab", "restaurant", "hotel", "payment")
 GOAL_DOMAINS: tuple[str, ...] = ("airline", "cab", "restaurant", "hotel")
-LANGUAGES: tuple[str, ...] = ("hi", "ta", "kn", "en", "hinglish")
 DRIFT_KINDS: tuple[str, ...] = ("schema", "policy", "tnc", "pricing", "auth")
 RATIONALE_MAX_CHARS = 200
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cells.actions import ACTION_FORMAT_HELP, ActionParseError, parse_action
 from cells.errors import DriftCallError
 from cells.step_04_models import (
+    LANGUAGES,
     ActionRecord,
     ActionType,
     DriftCallAction,
@@ -64,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STAGE_TURN_BUDGETS: dict[int, int] = {1: 8, 2: 12, 3: 16}
 MAX_CONSECUTIVE_INVALID = 3
-DEFAULT_LANGUAGE_WEIGHTS: dict[str, float] = {"hi": 1.0, "ta": 1.0, "kn": 1.0, "en": 1.0, "hinglish": 1.0}
+DEFAULT_LANGUAGE_WEIGHTS: dict[str, float] = dict.fromkeys(LANGUAGES, 1.0)
 
 
 def reset_tool_docs(world: World, goal: GoalSpec) -> tuple[ToolDoc, ...]:

@@ -192,10 +192,11 @@ def run(ctx: Context) -> Context:
 
 def mean_prompt_tokens(tokenizer: Any, seeds: range = range(20)) -> float:
     """Mean token count of the turn-0 prompt (system prompt with tool docs + utterance) over a few goals."""
+    from cells.step_02_profiles import LANGUAGES
     from cells.step_07_tasks import generate
     from cells.step_14_trainer import render_initial_prompt
 
-    weights = {"hi": 1.0, "ta": 1.0, "kn": 1.0, "en": 1.0, "hinglish": 1.0}
+    weights = dict.fromkeys(LANGUAGES, 1.0)
     lengths = [len(tokenizer(render_initial_prompt(tokenizer, generate(seed=s, stage=2, language_weights=weights)),
                              add_special_tokens=False)["input_ids"]) for s in seeds]
     return sum(lengths) / len(lengths)

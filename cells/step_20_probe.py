@@ -33,14 +33,13 @@ class UnknownOffenceWarning(UserWarning):
 def probe_cases(n: int) -> tuple[Any, ...]:
     """`n` probe cases from the reserved probe range, stages 1-3 in turn, languages as generated."""
     from cells.evaluation.runner import EvalCase
-    from cells.step_02_profiles import PROBE_SEEDS
+    from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
     from cells.step_07_tasks import generate
 
     cases = []
     for i in range(n):
         seed, stage = PROBE_SEEDS.seed(i), 1 + i % 3
-        language = generate(seed=seed, stage=stage, language_weights={"hi": 1, "ta": 1, "kn": 1, "en": 1,
-                                                                       "hinglish": 1}).language
+        language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
         cases.append(EvalCase(seed, stage, language))
     return tuple(cases)
 

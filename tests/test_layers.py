@@ -80,3 +80,46 @@ def test_the_checker_sees_lazy_and_relative_upward_imports():
     assert ("cells.step_11_agent", 2) in lazy and ("cells.agent.policies", 1) in relative
     assert layer_of("cells.step_11_agent") > layer_of("cells.vendors.x")
     assert layer_of("cells.agent.policies") > layer_of("cells.rewards.x")
+
+
+# ---------------------------------------------------------------------------------------------- one fact, one home
+def _language_lists(path: Path, languages: set[str]) -> list[int]:
+    """Lines declaring the language list itself: a tuple/list/set of exactly those codes, or a dict over
+    exactly those keys with one value for all (weights). Per-language tables (scripts, phrases) are data."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_literals = {id(n.slice) for n in ast.walk(tree)
+                       if isinstance(n, ast.Subscript) and getattr(n.value, "id", None) == "Literal"}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in typing_literals:
+            codes = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            if len(codes) == len(node.elts) and set(codes) == languages:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Dict) and node.keys:
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            values = {ast.dump(v) for v in node.values}
+            if keys == languages and len(values) == 1:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_language_list_is_declared_once():
+    """Only step 2 spells out the five languages; everyone else derives from `LANGUAGES`. (step 14's
+    `LanguageCode` is a typing Literal, which cannot be derived: it is checked equal instead.)"""
+    import typing
+
+    from cells.step_02_profiles import LANGUAGES
+    from cells.step_14_trainer import LanguageCode
+
+    home = ROOT / "cells" / "step_02_profiles.py"
+    spelled = [f"{p.relative_to(ROOT)}:{line}" for p in SOURCES if p != home
+               for line in _language_lists(p, set(LANGUAGES))]
+    assert spelled == [], f"derive these from step_02_profiles.LANGUAGES: {spelled}"
+    assert typing.get_args(LanguageCode) == LANGUAGES
+
+
+def test_the_language_list_check_catches_a_copy(tmp_path):
+    copy = tmp_path / "copy.py"
+    copy.write_text('A = ("hi", "ta", "kn", "en", "hinglish")\nW = {"hi": 1, "ta": 1, "kn": 1, "en": 1, "hinglish": 1}\n'
+                    'T = {"hi": "x", "ta": "y", "kn": "z", "en": "w", "hinglish": "v"}\n', encoding="utf-8")
+    assert _language_lists(copy, {"hi", "ta", "kn", "en", "hinglish"}) == [1, 2]

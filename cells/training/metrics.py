@@ -19,8 +19,9 @@ from typing import Any
 from transformers import TrainerCallback
 
 from cells.errors import DriftCallError
+from cells.step_04_models import LANGUAGES
 
-LANG_COLUMNS = tuple(f"reward/lang/{lang}" for lang in ("hi", "ta", "kn", "en", "hinglish"))
+LANG_COLUMNS = tuple(f"reward/lang/{lang}" for lang in LANGUAGES)
 COMPONENT_COLUMNS = ("reward/task", "reward/drift", "reward/constraints", "reward/format", "reward/penalty")
 COLUMNS: tuple[str, ...] = (
     "stage",

@@ -10,6 +10,7 @@ Rules the wording keeps (checked by tests):
 
 from __future__ import annotations
 
+from cells.step_04_models import LANGUAGES
 from cells.tasks.i18n import money
 
 PHRASES: dict[str, dict[str, str]] = {
@@ -69,7 +70,7 @@ PHRASES: dict[str, dict[str, str]] = {
         "en": "Sorry, I could not complete this booking.",
         "hinglish": "Maaf kijiye, main yeh booking poori nahi kar paaya.",
     },
-    "joiner": {"hi": "; ", "ta": "; ", "kn": "; ", "en": "; ", "hinglish": "; "},
+    "joiner": dict.fromkeys(LANGUAGES, "; "),  # the same in every language
 }
 
 
