@@ -63,7 +63,7 @@ STEPS: tuple[StepInfo, ...] = (
     StepInfo(15, "step_15_train_stage1", "Warm start (SFT on expert trajectories) + GRPO without drift", _MODEL),
     StepInfo(16, "step_16_train_stage2", "GRPO with one drift per episode", _MODEL),
     StepInfo(17, "step_17_train_stage3", "GRPO with compound drift", _MODEL),
-    StepInfo(18, "step_18_eval_baseline", "Reference policies + untrained model on frozen held-out seeds"),
+    StepInfo(18, "step_18_eval_baseline", "Reference policies + the model before GRPO on frozen held-out seeds"),
     StepInfo(19, "step_19_eval_final", "Trained model on the same seeds; paired statistics",
              (*_MODEL, ("reports.eval_spec", 18), ("reports.baseline_records", 18))),
     StepInfo(20, "step_20_probe", "Reward-hacking probe on disjoint seeds"),
