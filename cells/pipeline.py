@@ -190,7 +190,8 @@ def run_step(ctx: Context, number: int, *, reload_edited: bool = False) -> Conte
     try:
         ctx = module.run(ctx)
     finally:
-        remember_loaded_modules()  # what this step imported is now watched for edits
+        if reload_edited:  # only notebook cells watch for edits; a CLI run never hashes sources
+            remember_loaded_modules()  # what this step imported is now watched for edits
     ctx.timings[info.module] = time.perf_counter() - t0
     ctx.completed.append(number)
     return ctx
