@@ -1,4 +1,4 @@
-"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env`."""
+"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | serve`."""
 
 from __future__ import annotations
 
@@ -37,6 +37,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main([args.what, *args.rest])
 
 
+def _cmd_results(args: argparse.Namespace) -> int:
+    from cells.results import main as results_main
+
+    return results_main(args.rest)
+
+
+def _cmd_control(args: argparse.Namespace) -> int:
+    from cells.control import main as control_main
+
+    return control_main(args.rest)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from cells.server.app import serve
     from cells.server.middleware import Limits
@@ -62,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     p_bench.add_argument("what", choices=("env", "policies", "server", "train"))
     p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="--episodes N (env) / --seeds N (policies)")
     p_bench.set_defaults(func=_cmd_bench)
+    p_results = sub.add_parser("results", help="write the README results section from a finished run (cells/results.py)")
+    p_results.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir runs/cpu-learn [--readme] [--print]")
+    p_results.set_defaults(func=_cmd_results)
+    p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/control.py)")
+    p_control.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir runs/cpu-learn")
+    p_control.set_defaults(func=_cmd_control)
     p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
     p_serve.add_argument("--host", default="127.0.0.1")
     p_serve.add_argument("--port", type=int, default=8000)

@@ -194,7 +194,27 @@ def run_step(ctx: Context, number: int, *, reload_edited: bool = False) -> Conte
             remember_loaded_modules()  # what this step imported is now watched for edits
     ctx.timings[info.module] = time.perf_counter() - t0
     ctx.completed.append(number)
+    save_timings(ctx)
     return ctx
+
+
+TIMINGS_FILE = "timings.json"
+
+
+def save_timings(ctx: Context) -> None:
+    """Merge this session's step wall times into `<run_dir>/timings.json` (seconds per step module; a rerun of a
+    step overwrites its entry), so reports and the README can say how long each phase took."""
+    import json
+
+    path = Path(ctx.run_dir) / TIMINGS_FILE
+    if not path.parent.is_dir():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = {}
+    saved.update({k: round(v, 3) for k, v in ctx.timings.items()})
+    path.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None, fresh: bool = False) -> Context:

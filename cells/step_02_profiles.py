@@ -118,6 +118,7 @@ class Profile:
     sft_warmup_ratio: float = 0.0
     sft_stages: tuple[int, ...] = (1,)  # curriculum stages the expert conversations are split evenly over
     warm_start_eval_per_cell: int = 1  # held-out seeds per (stage, language) for the post-warm-start parse rate; 0 skips it
+    warm_start_checkpoints: int = 0  # held-out greedy plays (15 episodes each) at evenly spaced SFT steps; 0: none
     # --- evaluation (steps 18-20) ---
     eval_episodes_per_cell: int = 1  # per (stage, language)
     pass_k: int = 4
@@ -214,7 +215,9 @@ PROFILES: dict[str, Profile] = {
                              num_attention_heads=2, num_key_value_heads=1, head_dim=48),
         warm_start_full=True,  # never pretrained: the warm start trains every weight, GRPO a LoRA on top
         learning_rate=2e-4,  # LoRA on the warm-started base; 3e-4+ risks undoing the warm start in a few steps
-        max_new_tokens_per_turn=64,
+        # An expert airline.book with several passengers, or a submit citing a drift, is up to ~77 tokens
+        # (p99 69 over 1,551 expert turns): a 64-token cap truncated exactly the turns that book.
+        max_new_tokens_per_turn=96,
         max_episode_tokens=1024,  # expert episodes are ~400-900 tokens with the merged-JSON tokenizer; caps looping rollouts
         steps_per_stage=(15, 15, 15),
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving

@@ -7,9 +7,12 @@
    CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
    is the warm-started model); GPU profiles train the LoRA and save `training/warm_start/adapter`.
-   A rerun with the saved warm start present loads it instead of training again. Then the warm-started model plays
+   A rerun with the saved warm start present loads it instead of training again. With
+   `profile.warm_start_checkpoints` = k > 0 the model also plays 15 held-out seeds greedily at k evenly
+   spaced SFT steps (`HeldOutCheckpoints`: how success grows with training). Then the warm-started model plays
    `eval_plan(profile.warm_start_eval_per_cell)` held-out seeds greedily; the valid-action share and
-   success per stage are printed and stored (`ctx.trainer_state["warm_start_eval"]`, a `WarmStartEval`).
+   success per stage are printed and stored (`ctx.trainer_state["warm_start_eval"]`, a `WarmStartEval`),
+   and `training/warm_start/warm_start.json` records the data size, tokens/s, checkpoints and that eval.
 2. GRPO stage 1 (no drift) up to global step `steps_per_stage[0]`, checkpointing adapter-only
    with a `driftcall_meta.json` sidecar under `training/stage1/`, a row per step in
    `training/metrics.csv`. An interrupted stage resumes from its latest checkpoint on rerun. Each GRPO
@@ -146,16 +149,80 @@ def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
 
     p = ctx.profile
     dataset = tokenize_all(ctx.tokenizer, warm_start_conversations(ctx), progress=True)
+    steps = -(-len(dataset) // (p.sft_batch_size or p.num_generations)) * p.sft_epochs
+    checkpoints = HeldOutCheckpoints(ctx, steps)
     result = sft_warm_start(
         model, ctx.tokenizer, dataset, out,
         learning_rate=p.sft_learning_rate, epochs=p.sft_epochs, batch_size=p.sft_batch_size or p.num_generations,
         max_length=p.max_prompt_tokens + p.max_episode_tokens,  # turn-0 prompt + the whole episode
         seed=p.seed, use_cpu=p.is_cpu, bf16=p.precision == "bf16", fp16=p.precision == "fp16",
         lr_scheduler_type=p.sft_lr_scheduler, warmup_ratio=p.sft_warmup_ratio,
+        callbacks=[checkpoints.callback()] if p.warm_start_checkpoints > 0 else (),
     )
+    ctx.trainer_state["warm_start_checkpoints"] = checkpoints.rows
     print(f"[warm start] {result.tokens:,} tokens ({result.trained_tokens:,} trained) in {result.seconds:.0f}s: "
           f"{result.tokens_per_s:,.0f} training tokens/s")
     return result
+
+
+class HeldOutCheckpoints:
+    """Greedy held-out play at `profile.warm_start_checkpoints` evenly spaced SFT steps (the last one excluded:
+    step 15 evaluates the finished warm start anyway), so a run shows how success grows with training and
+    whether more SFT would still pay. Each point plays `eval_plan(1)` (one seed per stage x language)."""
+
+    def __init__(self, ctx: Context, total_steps: int) -> None:
+        k = max(0, ctx.profile.warm_start_checkpoints)
+        self.ctx = ctx
+        self.at = {round(total_steps * i / (k + 1)) for i in range(1, k + 1)} - {0, total_steps}
+        self.rows: list[dict[str, Any]] = []
+
+    def evaluate(self, model: Any, step: int, seconds: float) -> None:
+        from cells.evaluation.runner import eval_plan, make_spec, run_model
+        from cells.training.warm_start import summarize_eval
+
+        cases = eval_plan(1)
+        was_training = model.training
+        model.eval()
+        records = run_model("warm_start", model, self.ctx.tokenizer, cases,
+                            make_spec(self.ctx.profile, cases, sampled_trials=0), greedy=True, trial=0)
+        model.train(was_training)
+        summary = summarize_eval(records)
+        self.rows.append({"step": step, "seconds": round(seconds, 1), **summary.to_dict()})
+        print(f"[warm start] step {step} ({seconds / 60:.1f} min): {summary.line()}")
+
+    def callback(self) -> Any:
+        import time
+
+        from transformers import TrainerCallback
+
+        outer, t0 = self, time.perf_counter()
+
+        class _Callback(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
+                if state.global_step in outer.at and model is not None:
+                    outer.evaluate(model, state.global_step, time.perf_counter() - t0)
+
+        return _Callback()
+
+
+def save_warm_start_summary(ctx: Context, result: WarmStartResult, summary: WarmStartEval | None) -> Path:
+    """`training/warm_start/warm_start.json`: what the warm start trained on and how fast (kept from the run that
+    trained it when a later run reuses the saved model), its held-out checkpoints and final held-out play."""
+    import json
+
+    from cells.training.stages import training_root
+
+    path = training_root(ctx) / "warm_start" / "warm_start.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if result.steps > 0:
+        data["training"] = result.to_dict()
+        data["checkpoints"] = ctx.trainer_state.get("warm_start_checkpoints", [])
+    if summary is not None:
+        data["eval"] = summary.to_dict()
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    ctx.artifacts["warm_start_summary"] = path
+    return path
 
 
 def ensure_grpo_policy(ctx: Context) -> None:
@@ -218,6 +285,6 @@ def run(ctx: Context) -> Context:
     first = f"{result.losses[0]:.3f}" if result.losses else "-"
     last = f"{result.losses[-1]:.3f}" if result.losses else "-"
     print(f"[warm start] {result.examples} conversations, {result.steps} steps, loss {first} -> {last}")
-    evaluate_warm_start(ctx)
+    save_warm_start_summary(ctx, result, evaluate_warm_start(ctx))
     run_context_stage(ctx, STAGE, build_stage_trainer)
     return ctx

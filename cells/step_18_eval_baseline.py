@@ -5,13 +5,16 @@ evaluation range (`cells.evaluation.runner.eval_plan`). The model is evaluated w
 adapter disabled: on GPU profiles the pretrained base before the warm start and GRPO; on CPU
 profiles (`warm_start_full`) the warm-started base, because the warm start trains that base
 itself (step 15) - so there the paired comparison of step 19 is the GRPO effect alone, and the
-warm start's own held-out play is step 15's `warm_start_eval`. Trial 0 is greedy, pass^k uses
+warm start's own effect is measured against a third point: the same tiny base before any training
+(`untrained_base`, reloaded from step 12's cache), evaluated on the same seeds and decoding; step 19
+pairs warm start − untrained (the SFT effect) and trained − warm start (the GRPO effect). Trial 0 is greedy, pass^k uses
 `profile.pass_k` sampled trials. The scripted random, naive and expert policies play the same
 seeds as reference rows.
 
 Reads `ctx.profile`, `ctx.model`, `ctx.tokenizer` (step 12; without a model only the reference rows
 are produced). Writes `ctx.reports["baseline"]`, `ctx.reports["reference"]`, `ctx.reports["eval_spec"]`,
-and `eval_baseline.json`, `eval_reference.json`, `records_baseline.jsonl` in the run directory.
+and `eval_baseline.json`, `eval_reference.json`, `records_baseline.jsonl` in the run directory; with
+`warm_start_full` also `ctx.reports["untrained"]`, `eval_untrained.json`, `records_untrained.jsonl`.
 Run alone: `python -m cells run --profile cpu-smoke --steps 12,18` (~1 min on 2 CPU cores for cpu-smoke).
 """
 
@@ -50,17 +53,41 @@ def evaluate_references(ctx: Context, spec: Any) -> dict[str, Any]:
     return report_for(greedy, sampled, ctx.profile)
 
 
-def evaluate_model(ctx: Context, spec: Any, name: str) -> tuple[dict[str, Any], list[Any]]:
-    """Report and greedy records for `ctx.model` under the spec."""
+def evaluate_model(ctx: Context, spec: Any, name: str, model: Any = None) -> tuple[dict[str, Any], list[Any]]:
+    """Report and greedy records for `model` (default `ctx.model`) under the spec."""
     from cells.evaluation.runner import evaluate, report_for
 
-    greedy, sampled = evaluate(name, spec, model=ctx.model, tokenizer=ctx.tokenizer)
+    greedy, sampled = evaluate(name, spec, model=ctx.model if model is None else model, tokenizer=ctx.tokenizer)
     return report_for(greedy, sampled, ctx.profile), greedy
+
+
+def untrained_base(ctx: Context) -> Any:
+    """The tiny base exactly as step 12 built it, before any training (profiles with `warm_start_full`, whose
+    warm start trains the base itself); None for other profiles, whose adapter-off model is already untrained."""
+    if not ctx.profile.warm_start_full or ctx.profile.tiny is None:
+        return None
+    from pathlib import Path
+
+    from cells.modeling.tiny import build_or_load_tiny
+
+    base, _, _ = build_or_load_tiny(ctx.profile.tiny, Path(ctx.run_dir) / "tiny_model", ctx.profile.seed)
+    return base
+
+
+def _evaluate_and_save(ctx: Context, spec: Any, name: str, model: Any = None) -> None:
+    from cells.evaluation.records import save_records_jsonl
+    from cells.evaluation.report import save_report_json
+
+    report, records = evaluate_model(ctx, spec, name, model)
+    report["eval_spec"] = spec.to_dict()
+    ctx.reports[name] = report
+    ctx.reports[f"{name}_records"] = records
+    ctx.artifacts[f"eval_{name}"] = save_report_json(report, ctx.run_dir / f"eval_{name}.json")
+    save_records_jsonl(records, ctx.run_dir / f"records_{name}.jsonl")
 
 
 def run(ctx: Context) -> Context:
     """Evaluate reference policies and (if booted) the base model; save JSON reports."""
-    from cells.evaluation.records import save_records_jsonl
     from cells.evaluation.report import save_report_json
     from cells.evaluation.runner import eval_plan, make_spec
 
@@ -70,16 +97,14 @@ def run(ctx: Context) -> Context:
     ctx.artifacts["eval_reference"] = save_report_json(ctx.reports["reference"], ctx.run_dir / "eval_reference.json")
     if ctx.model is not None:
         with adapter_disabled(ctx.model):
-            report, records = evaluate_model(ctx, spec, "baseline")
-        report["eval_spec"] = spec.to_dict()
-        ctx.reports["baseline"] = report
-        ctx.reports["baseline_records"] = records
-        ctx.artifacts["eval_baseline"] = save_report_json(report, ctx.run_dir / "eval_baseline.json")
-        save_records_jsonl(records, ctx.run_dir / "records_baseline.jsonl")
+            _evaluate_and_save(ctx, spec, "baseline")
+        untrained = untrained_base(ctx)
+        if untrained is not None:
+            _evaluate_and_save(ctx, spec, "untrained", untrained)
     for name, block in ctx.reports["reference"]["policies"].items():
         print(f"[eval] {name:>8}: success={block['success']['value']:.3f} n={block['n_episodes']}")
-    if "baseline" in ctx.reports:
-        block = ctx.reports["baseline"]["policies"]["baseline"]
-        print(f"[eval] baseline: success={block['success']['value']:.3f} "
-              f"parse_fail={block['parse_failures']}")
+    for name in ("untrained", "baseline"):
+        if name in ctx.reports:
+            block = ctx.reports[name]["policies"][name]
+            print(f"[eval] {name}: success={block['success']['value']:.3f} parse_fail={block['parse_failures']}")
     return ctx

@@ -5,7 +5,9 @@ Refuses to compare when the plan or decoding differs from step 18's (`EvalMismat
 
 Reads `ctx.reports["eval_spec"]`, `ctx.reports["baseline_records"]` (step 18), `ctx.model`, `ctx.tokenizer`.
 Writes `ctx.reports["final"]`, `ctx.reports["paired"]`, `eval_final.json`, `eval_paired.json`,
-`records_final.jsonl`. Run: after steps 12-18 in the same run (`python -m cells run --profile cpu-smoke`).
+`records_final.jsonl`. When step 18 also evaluated the untrained base (`warm_start_full` profiles), it
+adds `ctx.reports["paired_warm_start"]` / `eval_paired_warm_start.json`: warm start − untrained on the
+same keys, so the report shows the SFT effect and the GRPO effect (`paired`) separately. Run: after steps 12-18 in the same run (`python -m cells run --profile cpu-smoke`).
 Time: like step 18's model part (~1 min for cpu-smoke).
 """
 
@@ -47,6 +49,14 @@ def run(ctx: Context) -> Context:
     ctx.reports["final"], ctx.reports["paired"] = report, paired
     ctx.artifacts["eval_final"] = save_report_json(report, ctx.run_dir / "eval_final.json")
     ctx.artifacts["eval_paired"] = save_report_json(paired, ctx.run_dir / "eval_paired.json")
+    if "untrained_records" in ctx.reports:
+        sft = compare_reports(ctx.reports["untrained_records"], ctx.reports["baseline_records"],
+                              bootstrap_resamples=ctx.profile.bootstrap_resamples, seed=ctx.profile.seed)
+        ctx.reports["paired_warm_start"] = sft
+        ctx.artifacts["eval_paired_warm_start"] = save_report_json(sft, ctx.run_dir / "eval_paired_warm_start.json")
+        gain = sft["metrics"]["success"]["diff"]
+        print(f"[eval] warm start − untrained: success {_fmt(gain['value'])} CI [{_fmt(gain['low'])}, "
+              f"{_fmt(gain['high'])}]")
     save_records_jsonl(records, ctx.run_dir / "records_final.jsonl")
     diff = paired["metrics"]["reward"]["diff"]
     print(f"[eval] trained: success={report['policies']['trained']['success']['value']:.3f}; paired reward "

@@ -60,10 +60,14 @@ def _play(name: str, factory: Any, cases: tuple[Any, ...], bar: Any) -> list[tup
 
 
 def summarise(name: str, played: list[tuple[Any, Any]], known: frozenset[str]) -> dict[str, Any]:
-    """Mean reward, booking share, per-offence counts/rates with one example each, unknown codes."""
+    """Mean reward, booking share, per-offence counts, rates (per episode) and episode shares (episodes with
+    at least one) with one example each, unknown codes."""
     counts: Counter[str] = Counter()
+    episodes_with: Counter[str] = Counter()  # episodes with at least one offence of the code
     examples: dict[str, Any] = {}
     for episode, rewards in played:
+        codes = [str(o.get("code")) for o in rewards.breakdown.get("penalty", {}).get("offences", [])]
+        episodes_with.update(set(codes))
         for offence in rewards.breakdown.get("penalty", {}).get("offences", []):
             code = str(offence.get("code"))
             counts[code] += 1
@@ -79,6 +83,7 @@ def summarise(name: str, played: list[tuple[Any, Any]], known: frozenset[str]) -
         "max_reward_never_booked": max(never) if never else None,
         "offence_counts": dict(sorted(counts.items())),
         "offence_rates": {c: k / max(n, 1) for c, k in sorted(counts.items())},
+        "offence_episode_share": {c: k / max(n, 1) for c, k in sorted(episodes_with.items())},
         "examples": examples,
         "unknown_offences": sorted(set(counts) - known),
     }

@@ -24,7 +24,7 @@ REWARD_COLUMNS: tuple[str, ...] = ("reward", "reward/task", "reward/drift", "rew
                                    "reward/format", "reward/penalty")
 STD_COLUMN = "reward_std"
 CONTROL_COLUMNS: tuple[str, ...] = ("kl", "beta")
-BEFORE_AFTER: tuple[str, ...] = ("baseline", "final")
+BEFORE_AFTER: tuple[str, ...] = ("untrained", "baseline", "final")  # "untrained": CPU full warm starts only
 
 
 def _figure(figsize: tuple[float, float]) -> Any:

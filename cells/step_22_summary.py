@@ -1,7 +1,8 @@
 """Step 22 - summary: one markdown report (`report.md` in the run directory) with every table.
 
 Reads `ctx.profile` (knobs), `ctx.runtime` (versions, step 1), `ctx.reports` ("reference",
-"baseline", "final": `build_eval_report` dicts; "paired": `compare_reports` dict; "probe": the
+"untrained", "baseline", "final": `build_eval_report` dicts; "paired_warm_start" (the SFT effect,
+CPU full warm starts), "paired" (final − baseline; the GRPO effect there): `compare_reports` dicts; "probe": the
 probe's dict, rendered as it comes) and the `plot/*` entries of `ctx.artifacts` (step 21).
 Writes `ctx.run_dir / "report.md"` and `ctx.artifacts["report_md"]`; shows it inline under
 IPython. Every number in the results sections is formatted from those JSON dicts (no arithmetic
@@ -93,8 +94,12 @@ def build_summary_markdown(reports: Mapping[str, Any], *, profile: Any = None, r
                   "### Success by drift kind\n", md.group_table(rows, "by_drift_kind"),
                   "### Success by drift pattern\n", md.group_table(rows, "by_pattern"),
                   "### Drift handling latency\n", md.latency_table(rows)]
+    if reports.get("paired_warm_start"):
+        parts += ["### Paired difference: warm start − untrained (the SFT effect)\n",
+                  md.paired_section(reports["paired_warm_start"], "warm start − untrained")]
     if reports.get("paired"):
-        parts += ["### Paired difference: final − baseline\n", md.paired_section(reports["paired"])]
+        title = "trained − warm start (the GRPO effect)" if reports.get("paired_warm_start") else "final − baseline"
+        parts += [f"### Paired difference: {title}\n", md.paired_section(reports["paired"], title)]
     if reports.get("probe"):
         parts += ["### Reward-hacking probe\n", md.probe_section(reports["probe"])]
     parts += ["## Plots\n", _plots_section(artifacts or {}, run_dir or Path(".")),

@@ -16,7 +16,7 @@ from cells.training.bench_train import CountingCollator, TrainBench, main
 
 def _bench(**kw):
     base = dict(profile="cpu-learn", params=643_584, sft_tokens_per_s=6000.0, sft_padding_share=0.05,
-                sft_masked_tokens_per_s=3000.0, grpo_seconds_per_step=30.0, rollout_tokens_per_s=200.0,
+                sft_stock_tokens_per_s=3000.0, grpo_seconds_per_step=30.0, rollout_tokens_per_s=200.0,
                 model_tokens_per_step=1200.0, floor_seconds_per_step=20.0, floor_tokens_per_step=1200.0)
     base.update(kw)
     return TrainBench(**base)

@@ -234,4 +234,26 @@ def test_build_and_compare_reports_are_strict_json(tmp_path):
     cmp = report.compare_reports(base, fin, bootstrap_resamples=200, seed=5)
     assert cmp["n_pairs"] == len(base) and cmp["metrics"]["success"]["diff"]["low"] > 0
     assert set(cmp["by_language"]) == {r.language for r in base}
+    assert set(cmp["by_stage"]) == {str(r.stage) for r in base}
+    assert sum(d["success"]["n_pairs"] for d in cmp["by_stage"].values()) == len(base)
+    kinds = {g for r in base for g in (report.scheduled_drift_kinds(r.seed, r.stage, r.language) or ("none",))}
+    assert set(cmp["by_drift_kind"]) == kinds
     json.dumps(cmp, allow_nan=False)
+
+
+def test_scheduled_drift_kinds_are_what_the_env_fires_for_the_expert():
+    from cells.agent.play import play_episode
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_10_env import DriftCallEnv
+    from cells.step_11_agent import ExpertPolicy
+
+    assert all(report.scheduled_drift_kinds(s, 1, "en") == () for s in eval_seeds(5, 1, "en"))
+    seen = set()
+    for stage in (2, 3):
+        for seed in eval_seeds(6, stage, "hi"):
+            env = DriftCallEnv(stage, {"hi": 1.0})
+            play_episode(env, ExpertPolicy(), seed)
+            fired = tuple(sorted({e.drift_type for e in env.episode().drifts}))
+            assert report.scheduled_drift_kinds(seed, stage, "hi") == fired
+            seen.update(fired)
+    assert len(seen) >= 2  # the check covered more than one kind

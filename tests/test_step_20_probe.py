@@ -31,6 +31,7 @@ def test_summary_counts_offences_and_flags_unknown_codes():
     row = s20.summarise("x", played, known)
     assert row["offence_counts"] == {"made_up_offence": 1, "repeated_call": 2}
     assert row["offence_rates"]["repeated_call"] == 1.0
+    assert row["offence_episode_share"] == {"made_up_offence": 0.5, "repeated_call": 0.5}  # 2 offences, 1 episode
     assert row["examples"]["repeated_call"]["episode_id"] == "a"
     assert row["unknown_offences"] == ["made_up_offence"]
     assert row["max_reward_never_booked"] == 0.0 and row["booked_share"] == 0.5

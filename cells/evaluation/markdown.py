@@ -12,7 +12,8 @@ NONE = "—"
 REFERENCE_ORDER: tuple[str, ...] = ("random", "naive", "expert")
 COMPONENT_ORDER: tuple[str, ...] = ("reward", "r_task", "r_drift", "r_constraints", "r_format", "r_penalty",
                                    "confidence")
-ROLES: tuple[tuple[str, str], ...] = (("reference", "reference"), ("baseline", "baseline"), ("final", "trained"))
+ROLES: tuple[tuple[str, str], ...] = (("reference", "reference"), ("untrained", "untrained"), ("baseline", "baseline"),
+                                      ("final", "trained"))
 
 
 def num(x: Any, digits: int = DIGITS) -> str:
@@ -45,7 +46,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def policy_rows(reports: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(policy, role, policy_report): reference rows (random, naive, expert first), then baseline, final."""
+    """(policy, role, policy_report): reference rows (random, naive, expert first), then untrained (CPU full
+    warm starts), baseline, final."""
     out: list[tuple[str, str, dict[str, Any]]] = []
     for key, role in ROLES:
         pols = (reports.get(key) or {}).get("policies") or {}
@@ -114,20 +116,28 @@ def latency_table(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
     return table(header, body)
 
 
-def paired_section(paired: Mapping[str, Any]) -> str:
+PAIRED_GROUPS: tuple[tuple[str, str], ...] = (("by_stage", "stage"), ("by_drift", "scheduled drift"),
+                                             ("by_drift_kind", "scheduled drift kind"), ("by_language", "language"))
+
+
+def paired_section(paired: Mapping[str, Any], title: str = "final − baseline") -> str:
+    """Overall paired table, then one table per grouping (stage, language, scheduled drift kind)."""
     header = ["metric", "pairs", "baseline mean", "final mean", "final − baseline [95% CI]", "p-value"]
     body = [[m, num(d.get("n_pairs")), num(d.get("baseline_mean")), num(d.get("final_mean")), est(d.get("diff")),
              num(d.get("p_value"), P_DIGITS)] for m, d in (paired.get("metrics") or {}).items()]
     text = (f"Final policy `{paired.get('final_policy')}` against baseline `{paired.get('baseline_policy')}` "
             f"on identical (seed, stage, language, trial) keys; test: {paired.get('test', NONE)}.\n\n")
     text += table(header, body)
-    langs = paired.get("by_language") or {}
-    if langs:
-        lang_body = [[lang, *[est((d.get(m) or {}).get("diff")) for m in ("success", "reward")],
-                      *[num((d.get(m) or {}).get("p_value"), P_DIGITS) for m in ("success", "reward")]]
-                     for lang, d in langs.items()]
-        header = ["language", "Δ success [95% CI]", "Δ reward [95% CI]", "p (success)", "p (reward)"]
-        text += "\n### Paired difference by language: final − baseline\n\n" + table(header, lang_body)
+    for key, label in PAIRED_GROUPS:
+        groups = paired.get(key) or {}
+        if not groups:
+            continue
+        rows = [[g, num((d.get("success") or {}).get("n_pairs")),
+                 *[est((d.get(m) or {}).get("diff")) for m in ("success", "reward")],
+                 *[num((d.get(m) or {}).get("p_value"), P_DIGITS) for m in ("success", "reward")]]
+                for g, d in groups.items()]
+        header = [label, "pairs", "Δ success [95% CI]", "Δ reward [95% CI]", "p (success)", "p (reward)"]
+        text += f"\n#### Paired difference by {label}: {title}\n\n" + table(header, rows)
     return text
 
 

@@ -3,7 +3,10 @@
 `build_eval_report(records)` -> {"schema", "bootstrap_resamples", "seed", "ci_level", "ece_bins",
 "policies": {policy: POLICY}} where POLICY holds every table of DESIGN §10 (see `policy_report`).
 `compare_reports(baseline_records, final_records)` -> {"schema", "baseline_policy", "final_policy",
-"n_pairs", "metrics": {metric: PAIRED}, "by_language": {lang: {metric: PAIRED}}}.
+"n_pairs", "metrics": {metric: PAIRED}, "by_language" | "by_stage" | "by_drift_kind" | "by_drift" (none /
+drifted): {group: {metric: PAIRED}}}.
+A pair's drift kind is the task's *scheduled* drift (`scheduled_drift_kinds`), not what fired in either
+episode: both sides of a pair then fall in the same group, even when one side never reached the drift.
 Both are plain JSON (str keys, no NaN); `save_report_json` writes them.
 """
 
@@ -78,11 +81,14 @@ def compare_reports(baseline_records: Iterable[EvalRecord], final_records: Itera
     base, fin = list(baseline_records), list(final_records)
     stats._pairs(base, fin)  # fail fast, before any per-metric work
     kw = {"resamples": bootstrap_resamples, "seed": seed}
-    by_language: dict[str, Any] = {}
-    for lang in sorted({r.language for r in base}):
-        b = [r for r in base if r.language == lang]
-        f = [r for r in fin if r.language == lang]
-        by_language[lang] = {m: stats.paired_difference(b, f, metric=m, **kw) for m in ("success", "reward")}
+    kinds = {key: scheduled_drift_kinds(*key) for key in {(r.seed, r.stage, r.language) for r in base}}
+    groupers: dict[str, Any] = {
+        "by_language": lambda r: (r.language,),
+        "by_stage": lambda r: (str(r.stage),),
+        "by_drift_kind": lambda r: kinds[(r.seed, r.stage, r.language)] or ("none",),
+        "by_drift": lambda r: ("drifted",) if kinds[(r.seed, r.stage, r.language)] else ("none",),
+    }
+    grouped = {name: _paired_by_group(base, fin, fn, kw) for name, fn in groupers.items()}
     return _json_safe({
         "schema": PAIRED_SCHEMA,
         "baseline_policy": _single_policy(base, "baseline"),
@@ -91,8 +97,29 @@ def compare_reports(baseline_records: Iterable[EvalRecord], final_records: Itera
         "bootstrap_resamples": bootstrap_resamples, "seed": seed, "ci_level": stats.CI_LEVEL,
         "test": stats.PAIRED_TEST,
         "metrics": {m: stats.paired_difference(base, fin, metric=m, **kw) for m in PAIRED_METRICS},
-        "by_language": by_language,
+        **grouped,
     })
+
+
+def _paired_by_group(base: Sequence[EvalRecord], fin: Sequence[EvalRecord], groups_of: Any,
+                     kw: dict[str, Any]) -> dict[str, Any]:
+    """{group: {metric: PAIRED}} for success and reward; a record counts in every group `groups_of` names."""
+    out: dict[str, Any] = {}
+    for group in sorted({g for r in base for g in groups_of(r)}):
+        b = [r for r in base if group in groups_of(r)]
+        f = [r for r in fin if group in groups_of(r)]
+        out[group] = {m: stats.paired_difference(b, f, metric=m, **kw) for m in ("success", "reward")}
+    return out
+
+
+def scheduled_drift_kinds(seed: int, stage: int, language: str) -> tuple[str, ...]:
+    """Drift kinds the environment schedules for this task (the same goal and schedule `DriftCallEnv.reset`
+    builds for a one-language eval env); () for a task without drift."""
+    from cells.step_06_drift import build_schedule
+    from cells.step_07_tasks import generate
+
+    goal = generate(seed=seed, stage=stage, language_weights={language: 1.0})
+    return tuple(sorted({d.drift_type for d in build_schedule(stage, seed, goal)}))
 
 
 def _json_safe(value: Any) -> Any:

@@ -4,8 +4,9 @@ Prints, from one process (ratios hold even when the machine is shared and absolu
 
 1. SFT training tokens/s (real, unpadded tokens per second of `trainer.train()`) of the warm start exactly
    as step 15 runs it (`sft_warm_start`: every weight trained, length-grouped batches, right padding
-   without a padding mask, TRL's fused LM head on assistant positions only), alternating with the same
-   data through TRL's default padding collator (a mask with zeros: SDPA's explicit-mask path).
+   without a padding mask, the LM head applied to labelled positions only), alternating with the same
+   data through TRL's stock `SFTTrainer` path (its chunked fused LM head over every position, gradient
+   checkpointing on, TRL's padding collator): the reference our changes are measured against.
    On a machine shared with other jobs both figures swing by 2-3x from minute to minute; compare them
    only within one run, and rerun when the machine is quiet for absolute numbers.
 2. GRPO seconds per step of `DriftCallGRPOTrainer` (G multi-turn episodes on the real env) on the model
@@ -38,7 +39,7 @@ class TrainBench:
     params: int
     sft_tokens_per_s: float
     sft_padding_share: float
-    sft_masked_tokens_per_s: float
+    sft_stock_tokens_per_s: float
     grpo_seconds_per_step: float
     rollout_tokens_per_s: float
     model_tokens_per_step: float
@@ -52,13 +53,13 @@ class TrainBench:
         return ours / floor if floor > 0 else float("nan")
 
     def lines(self) -> list[str]:
-        mask_ratio = self.sft_tokens_per_s / max(1e-9, self.sft_masked_tokens_per_s)
+        stock_ratio = self.sft_tokens_per_s / max(1e-9, self.sft_stock_tokens_per_s)
         return [
             f"profile {self.profile}: {self.params:,} parameters, all trained by the warm start",
             f"SFT training tokens/s:                 {self.sft_tokens_per_s:>9,.0f}   "
             f"(padding: {100 * self.sft_padding_share:.1f}% of batch cells)",
-            f"  same data, TRL's padding collator:   {self.sft_masked_tokens_per_s:>9,.0f}   "
-            f"(mask-free right padding: x{mask_ratio:.2f})",
+            f"  same data, stock TRL SFTTrainer:     {self.sft_stock_tokens_per_s:>9,.0f}   "
+            f"(ours: x{stock_ratio:.2f})",
             f"GRPO seconds per step (multi-turn):    {self.grpo_seconds_per_step:>9.1f}   "
             f"({self.model_tokens_per_step:,.0f} generated tokens per step)",
             f"rollout generated tokens/s:            {self.rollout_tokens_per_s:>9,.0f}",
@@ -88,7 +89,7 @@ class CountingCollator:
 
 def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out: Path,
               rounds: int = 2) -> tuple[float, float, float]:
-    """(tokens/s, padding share) of the pipeline's warm start, and tokens/s with TRL's padding collator.
+    """(tokens/s, padding share) of the pipeline's warm start, and tokens/s of stock TRL on the same data.
 
     The two alternate in `rounds` rounds of `steps // rounds` steps each, so a burst of load from other
     processes on a shared machine hits both; each figure is total tokens over total seconds. The pipeline's
@@ -103,20 +104,22 @@ def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out:
 
     per_round = max(1, steps // rounds)
 
-    def run(m: Any, collator: Any) -> float:
+    def run(m: Any, collator: Any, labelled_loss: bool) -> float:
+        extra = {} if labelled_loss else {"gradient_checkpointing": True}  # TRL's SFTConfig default
         result = sft_warm_start(m, tok, dataset, out, learning_rate=profile.sft_learning_rate,
                                 batch_size=profile.sft_batch_size or profile.num_generations, seed=profile.seed,
                                 lr_scheduler_type=profile.sft_lr_scheduler, warmup_ratio=profile.sft_warmup_ratio,
-                                collator=collator, max_steps=per_round, disable_tqdm=True, logging_steps=per_round)
+                                collator=collator, max_steps=per_round, disable_tqdm=True, logging_steps=per_round,
+                                labelled_loss=labelled_loss, **extra)
         return result.seconds
 
     ours = RightPadCollator(tok.pad_token_id)
-    masked = CountingCollator(DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id))
-    ours_s = masked_s = 0.0
+    stock = CountingCollator(DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id))
+    ours_s = stock_s = 0.0
     for _ in range(rounds):
-        ours_s += run(model, ours)
-        masked_s += run(copy.deepcopy(model), masked)
-    return ours.tokens / ours_s, 1 - ours.tokens / max(1, ours.padded), masked.tokens / masked_s
+        ours_s += run(model, ours, True)
+        stock_s += run(copy.deepcopy(model), stock, False)
+    return ours.tokens / ours_s, 1 - ours.tokens / max(1, ours.padded), stock.tokens / stock_s
 
 
 def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float]:
@@ -180,13 +183,13 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
         model, tok = boot_model(profile, tmp)
         params = count_parameters(model).total
         dataset = tokenize_all(tok, warm_start_conversations(ctx), progress=True)
-        sft, padding, masked = bench_sft(model, tok, dataset, profile, sft_steps, Path(tmp) / "sft")
+        sft, padding, stock_rate = bench_sft(model, tok, dataset, profile, sft_steps, Path(tmp) / "sft")
         ctx.model, ctx.tokenizer = (model if hasattr(model, "peft_config") else attach_adapter(model, profile)), tok
         grpo_s, rollout_rate, tokens = bench_grpo(ctx, grpo_steps)
         mean_completion = max(1, round(tokens / profile.num_generations))
         drop_reference_adapter(ctx.model)  # the plain trainer adds its own frozen `ref` copy
         floor_s, floor_tokens = bench_floor(ctx.model, tok, profile, mean_completion, grpo_steps, Path(tmp) / "floor")
-    return TrainBench(profile_name, params, sft, padding, masked, grpo_s, rollout_rate, tokens, floor_s, floor_tokens)
+    return TrainBench(profile_name, params, sft, padding, stock_rate, grpo_s, rollout_rate, tokens, floor_s, floor_tokens)
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,13 @@
 """Option reading and choice per domain: turn a search result into priced candidates, pick the
-cheapest one that meets every constraint the user stated, and build the write call's arguments.
+first listed one that meets every constraint the user stated, and build the write call's arguments.
+
+Why the first listed, not the cheapest: the judge scores the booking against what the user asked
+(slots, constraints, budget), never against price optimality, and the expert's choice is what a small
+model must imitate in the warm start. "Scan the list, take the first that fits" is a rule a sub-1M-
+parameter model learns from examples; an argmin over 5-8 prices is not (issue 10: the cheapest-choice
+expert left the warm-started cpu-learn model inventing flight ids that blend several listed ones).
+Dishes follow the same rule (the first allowed ones on the menu). When nothing fits the budget, the
+cheapest fitting option is the fallback the expert asks the user about.
 
 Prices are read from whichever price field the result carries (`price`, `total_fare_inr`,
 `fare_inr`, `total_inr`, or the sum of a `fare_breakdown`), so a renamed field does not blind the
@@ -88,7 +96,7 @@ def _diet_allowed(goal: GoalReader) -> tuple[str, ...]:
 
 def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: int | None, fee: int,
                        trust_filter: bool = False) -> list[Option]:
-    """Per restaurant: the cheapest order of allowed dishes reaching the item count and minimum order."""
+    """Per restaurant: an order of its first (up to 3) allowed dishes reaching the item count and minimum order."""
     allowed = _diet_allowed(goal)
     want = max(int(goal.constraint("item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
     out = []
@@ -97,12 +105,12 @@ def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: in
                 and (trust_filter or d.get("tag") in allowed)]
         if not menu or not isinstance(place.get("restaurant_id"), str):
             continue
-        cheap = sorted(menu, key=lambda d: (d["price_inr"], d["dish_id"]))[:3]
+        first = menu[:3]
         floor = max(int(place.get("min_order_inr", 0) or 0), min_order or 0)
         qty: dict[str, int] = {}
         subtotal, n, i = 0, 0, 0
         while n < want or subtotal < floor:
-            dish = cheap[i % len(cheap)]
+            dish = first[i % len(first)]
             qty[dish["dish_id"]] = qty.get(dish["dish_id"], 0) + 1
             subtotal += dish["price_inr"]
             n, i = n + 1, i + 1
@@ -133,10 +141,11 @@ def hotel_options(goal: GoalReader, response: dict[str, Any], fee_per_night: int
 
 
 def choose(options: list[Option], budget: int | None, excluded: set[str]) -> tuple[Option | None, bool]:
-    """(cheapest option meeting every constraint, True), else (cheapest fitting one over budget, False)."""
-    live = sorted((o for o in options if o.key not in excluded), key=lambda o: (o.cost, o.key))
+    """(first listed option meeting every constraint, True), else (cheapest fitting one over budget, False)."""
+    live = [o for o in options if o.key not in excluded]
     good = [o for o in live if o.fits and (budget is None or o.cost <= budget)]
     if good:
         return good[0], True
+    live.sort(key=lambda o: (o.cost, o.key))
     near = [o for o in live if o.fits] or live
     return (near[0] if near else None), False

@@ -1,0 +1,117 @@
+"""`python -m cells control --run-dir runs/cpu-learn`: the SFT-only control for a finished CPU run's GRPO effect.
+
+The question it answers: were GRPO's minutes better spent than the same minutes of more supervised
+warm start? It reloads the run's warm-started model (`training/warm_start/model`), trains it further
+with the same `sft_warm_start` on *fresh* expert conversations (a seed block the warm start never used)
+for about as long as the run's GRPO stages took (the sum of their per-step `step_time` in
+`training/metrics.csv`, converted to conversations with the warm start's own measured tokens/s), then
+evaluates it on exactly the run's evaluation spec (`eval_baseline.json`'s cases and decoding) and pairs it:
+
+- `eval_sft_control.json`, `records_sft_control.jsonl`: the control's report and greedy records;
+- `eval_paired_control.json`: control − warm start (what the extra SFT minutes bought);
+- `eval_paired_grpo_vs_control.json`: trained (GRPO) − control (GRPO against the same minutes of SFT).
+
+The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` of the profile's SFT learning
+rate (the warm start's schedule already decayed to ~0; restarting at the full peak would first undo part of
+it). Only CPU full warm-start profiles have a saved full model to continue from. Its time is the GRPO time
+plus one evaluation (~15 min for cpu-learn); it reports, whichever way the comparison comes out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cells.errors import DriftCallError
+
+CONTROL_LR_SHARE = 0.3
+CONTROL_SEED_BLOCK = 3  # SFT seed blocks 0-2 (stride `SFT_STAGE_SEED_STRIDE`) are the warm start's stages 1-3
+
+
+class ControlError(DriftCallError, RuntimeError):
+    """The run directory cannot host the control (no full warm start, no GRPO metrics, no baseline eval)."""
+
+
+def grpo_seconds(metrics_csv: Path) -> float:
+    """Seconds the run's GRPO optimiser steps took (sum of `step_time`, rollouts included)."""
+    from cells.training.metrics import read_metrics_csv
+
+    if not metrics_csv.is_file():
+        raise ControlError(f"{metrics_csv} is missing: the run has no GRPO steps to match")
+    return sum(float((row.get("extra") or {}).get("step_time") or 0.0) for row in read_metrics_csv(metrics_csv))
+
+
+def control_conversations(profile: Any, n: int) -> list[list[dict[str, Any]]]:
+    """`n` fresh expert conversations, stages split as the warm start's, on seed blocks it never used."""
+    from cells.step_15_train_stage1 import SFT_STAGE_SEED_STRIDE, stage_split
+    from cells.training.sft_data import EpisodePlanItem, generate_conversations
+
+    plan = [EpisodePlanItem(stage, count, tuple(profile.language_weights[stage - 1]),
+                            profile.seed + (CONTROL_SEED_BLOCK + stage - 1) * SFT_STAGE_SEED_STRIDE)
+            for stage, count in stage_split(n, profile.sft_stages)]
+    return generate_conversations(plan, progress=True)
+
+
+def run_control(run_dir: Path) -> dict[str, Any]:
+    """Train and evaluate the control in `run_dir`; returns the two paired reports."""
+    import torch
+
+    from cells.evaluation.records import load_records_jsonl, save_records_jsonl
+    from cells.evaluation.report import compare_reports, save_report_json
+    from cells.evaluation.runner import EvalCase, evaluate, make_spec, report_for
+    from cells.modeling.tiny import build_or_load_tiny
+    from cells.step_02_profiles import get_profile
+    from cells.training.sft_data import tokenize_all
+    from cells.training.warm_start import sft_warm_start
+
+    run_dir = Path(run_dir)
+    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
+    model_dir = run_dir / "training" / "warm_start" / "model"
+    summary = run_dir / "training" / "warm_start" / "warm_start.json"
+    if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file() or not summary.is_file():
+        raise ControlError(f"{run_dir} has no full warm start to continue (CPU profiles only; run the pipeline first)")
+    for name in ("eval_baseline.json", "records_baseline.jsonl", "records_final.jsonl"):
+        if not (run_dir / name).is_file():
+            raise ControlError(f"{run_dir / name} is missing: run steps 18-19 first")
+    warm = json.loads(summary.read_text(encoding="utf-8"))["training"]
+    seconds = grpo_seconds(run_dir / "training" / "metrics.csv")
+    n = max(profile.sft_batch_size, round(seconds * warm["tokens_per_s"] / (warm["tokens"] / warm["examples"])))
+    print(f"[control] GRPO took {seconds / 60:.1f} min: continuing the warm start on {n:,} fresh conversations")
+
+    untrained, tokenizer, _ = build_or_load_tiny(profile.tiny, run_dir / "tiny_model", profile.seed)
+    tokenizer.padding_side = "left"
+    model = type(untrained).from_pretrained(str(model_dir), dtype=torch.float32)
+    dataset = tokenize_all(tokenizer, control_conversations(profile, n), progress=True)
+    result = sft_warm_start(model, tokenizer, dataset, run_dir / "training" / "sft_control",
+                            learning_rate=CONTROL_LR_SHARE * profile.sft_learning_rate,
+                            batch_size=profile.sft_batch_size, seed=profile.seed, lr_scheduler_type="cosine",
+                            warmup_ratio=profile.sft_warmup_ratio)
+    print(f"[control] {result.tokens:,} tokens in {result.seconds / 60:.1f} min ({result.tokens_per_s:,.0f}/s)")
+
+    stored = json.loads((run_dir / "eval_baseline.json").read_text(encoding="utf-8"))["eval_spec"]
+    spec = make_spec(profile, tuple(EvalCase(**c) for c in stored["cases"]))
+    greedy, sampled = evaluate("sft_control", spec, model=model, tokenizer=tokenizer)
+    report = report_for(greedy, sampled, profile)
+    report["eval_spec"], report["control"] = spec.to_dict(), {"grpo_seconds": seconds, **result.to_dict()}
+    save_report_json(report, run_dir / "eval_sft_control.json")
+    save_records_jsonl(greedy, run_dir / "records_sft_control.jsonl")
+    kw = {"bootstrap_resamples": profile.bootstrap_resamples, "seed": profile.seed}
+    out = {"control_vs_warm_start": compare_reports(load_records_jsonl(run_dir / "records_baseline.jsonl"), greedy,
+                                                    **kw),
+           "grpo_vs_control": compare_reports(greedy, load_records_jsonl(run_dir / "records_final.jsonl"), **kw)}
+    save_report_json(out["control_vs_warm_start"], run_dir / "eval_paired_control.json")
+    save_report_json(out["grpo_vs_control"], run_dir / "eval_paired_grpo_vs_control.json")
+    for name, paired in out.items():
+        d = paired["metrics"]["success"]["diff"]
+        print(f"[control] {name}: success {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cells control", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", default="runs/cpu-learn")
+    args = parser.parse_args(argv)
+    run_control(Path(args.run_dir))
+    return 0

@@ -1,0 +1,89 @@
+"""`python -m cells control`: the SFT-only control continues a run's warm start for GRPO's minutes and pairs it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from cells import control
+from cells.step_02_profiles import TRAIN_SEEDS, get_profile
+from cells.training.metrics import COLUMNS
+
+
+def _metrics_csv(path, step_times):
+    header = ",".join(COLUMNS)
+    rows = []
+    for i, t in enumerate(step_times, 1):
+        values = {"stage": "1", "step": str(i), "extra": json.dumps({"step_time": t}).replace('"', '""')}
+        rows.append(",".join(f'"{values[c]}"' if c == "extra" else values.get(c, "") for c in COLUMNS))
+    path.write_text("\n".join([header, *rows]) + "\n")
+
+
+def test_grpo_seconds_sums_step_times(tmp_path):
+    _metrics_csv(tmp_path / "metrics.csv", [1.5, 2.0, 0.5])
+    assert control.grpo_seconds(tmp_path / "metrics.csv") == pytest.approx(4.0)
+    with pytest.raises(control.ControlError, match="no GRPO steps"):
+        control.grpo_seconds(tmp_path / "absent.csv")
+
+
+def test_control_data_never_reuses_warm_start_seeds():
+    from cells.step_15_train_stage1 import SFT_STAGE_SEED_STRIDE
+
+    profile = get_profile("cpu-smoke")
+    convs = control.control_conversations(profile, 6)
+    assert len(convs) == 6
+    first = profile.seed + control.CONTROL_SEED_BLOCK * SFT_STAGE_SEED_STRIDE
+    warm_start_blocks = range(profile.seed, profile.seed + 3 * SFT_STAGE_SEED_STRIDE)
+    assert first not in warm_start_blocks and TRAIN_SEEDS.seed(first) >= 0
+
+
+def test_refuses_a_run_without_a_full_warm_start(tmp_path):
+    (tmp_path / "profile.json").write_text(json.dumps(dataclasses.asdict(get_profile("cpu-smoke"))))
+    with pytest.raises(control.ControlError, match="no full warm start"):
+        control.run_control(tmp_path)
+
+
+@pytest.mark.slow
+def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
+    """A miniature finished run (cpu-smoke model, 2 held-out cases, one 2-second GRPO step), then the control."""
+    from cells.evaluation.records import save_records_jsonl
+    from cells.evaluation.report import save_report_json
+    from cells.evaluation.runner import EvalCase, evaluate, make_spec, report_for
+    from cells.modeling.tiny import build_or_load_tiny
+    from cells.step_07_tasks import eval_seeds
+
+    profile = get_profile("cpu-smoke")
+    run = tmp_path / "run"
+    (run / "training" / "warm_start").mkdir(parents=True)
+    (run / "profile.json").write_text(json.dumps(dataclasses.asdict(profile)))
+    base, tok, _ = build_or_load_tiny(profile.tiny, run / "tiny_model", profile.seed)
+    tok.padding_side = "left"
+    base.save_pretrained(run / "training" / "warm_start" / "model")
+    (run / "training" / "warm_start" / "warm_start.json").write_text(json.dumps(
+        {"training": {"examples": 100, "tokens": 40_000, "trained_tokens": 5_000, "steps": 13, "seconds": 8.0,
+                      "tokens_per_s": 5_000.0}}))
+    _metrics_csv(run / "training" / "metrics.csv", [2.0])  # 2 s of GRPO -> 2 s * 5,000 tok/s / 400 = 25 conversations
+    cases = tuple(EvalCase(s, 1, "en") for s in eval_seeds(2, 1, "en"))
+    spec = make_spec(profile, cases)
+    for name, file in (("baseline", "baseline"), ("trained", "final")):
+        greedy, sampled = evaluate(name, spec, model=base, tokenizer=tok)
+        report = report_for(greedy, sampled, profile)
+        report["eval_spec"] = spec.to_dict()
+        save_report_json(report, run / f"eval_{file}.json")
+        save_records_jsonl(greedy, run / f"records_{file}.jsonl")
+
+    out = control.run_control(run)
+
+    saved = json.loads((run / "eval_sft_control.json").read_text())
+    assert saved["eval_spec"]["cases"] == [dataclasses.asdict(c) for c in cases]  # the run's own seeds
+    assert saved["control"]["examples"] == 25 and saved["control"]["steps"] > 0
+    assert out["control_vs_warm_start"]["final_policy"] == "sft_control"
+    assert out["grpo_vs_control"]["baseline_policy"] == "sft_control"
+    assert out["grpo_vs_control"]["n_pairs"] == len(cases)
+    assert (run / "eval_paired_grpo_vs_control.json").is_file()
+    assert (run / "training" / "sft_control" / "model" / "model.safetensors").is_file()

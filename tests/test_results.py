@@ -1,0 +1,92 @@
+"""`python -m cells results`: the README results section is generated from a run directory, never typed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cells import results
+from cells.evaluation.report import build_eval_report, compare_reports, save_report_json
+from cells.evaluation.synthetic import synthetic_records
+from cells.training.metrics import COLUMNS
+
+
+def _fake_run(tmp_path, *, with_probe_share: float = 0.0):
+    """A run directory holding what a finished CPU run writes, built by the real report code."""
+    run = tmp_path / "runs" / "cpu-learn"
+    (run / "training" / "warm_start").mkdir(parents=True)
+    untrained = synthetic_records("untrained", skill=0.0, n_seeds=2, trials=1)
+    warm = synthetic_records("baseline", skill=0.5, n_seeds=2, trials=1)
+    trained = synthetic_records("trained", skill=0.9, n_seeds=2, trials=1)
+    expert = synthetic_records("expert", skill=1.0, n_seeds=2, trials=1)
+    kw = {"bootstrap_resamples": 200, "seed": 3}
+    save_report_json(build_eval_report(untrained, **kw), run / "eval_untrained.json")
+    save_report_json(build_eval_report(warm, **kw), run / "eval_baseline.json")
+    save_report_json(build_eval_report(trained, **kw), run / "eval_final.json")
+    save_report_json(build_eval_report(expert, **kw), run / "eval_reference.json")
+    save_report_json(compare_reports(warm, trained, **kw), run / "eval_paired.json")
+    save_report_json(compare_reports(untrained, warm, **kw), run / "eval_paired_warm_start.json")
+    probe = {"policies": {"trained": {"offence_episode_share": {"repeated_call": with_probe_share}}}}
+    (run / "probe.json").write_text(json.dumps(probe))
+    (run / "profile.json").write_text(json.dumps({"name": "cpu-learn", "seed": 1234}))
+    (run / "timings.json").write_text(json.dumps({"step_15_train_stage1": 600.0, "step_16_train_stage2": 300.0}))
+    warm_json = {"training": {"examples": 100, "tokens": 70000, "trained_tokens": 9000, "steps": 13,
+                              "seconds": 6.0, "tokens_per_s": 11666.7},
+                 "checkpoints": [{"step": 5, "seconds": 2.0, "valid_share": 0.5,
+                                  "success_by_stage": {"1": {"success_rate": 0.25, "episodes": 5}}}]}
+    (run / "training" / "warm_start" / "warm_start.json").write_text(json.dumps(warm_json))
+    header = ",".join(COLUMNS)
+    rows = [",".join({"stage": str(st), "step": str(i), "zero_std_group_frac": str(z)}.get(c, "")
+                     for c in COLUMNS) for i, (st, z) in enumerate([(1, 1.0), (2, 0.5), (2, 0.25), (3, 0.0)], 1)]
+    (run / "training" / "metrics.csv").write_text("\n".join([header, *rows]) + "\n")
+    return run, warm, trained
+
+
+def test_section_numbers_come_from_the_run_files(tmp_path):
+    run, warm, _ = _fake_run(tmp_path)
+    text = results.results_section(run)
+    assert text.startswith(results.RESULTS_BEGIN) and text.endswith(results.RESULTS_END)
+    paired = json.loads((run / "eval_paired.json").read_text())
+    diff = paired["metrics"]["success"]["diff"]
+    assert f"{100 * diff['value']:+.1f} pts [{100 * diff['low']:+.1f}, {100 * diff['high']:+.1f}]" in text
+    stage1 = [r for r in warm if r.stage == 1]
+    share = sum(r.success for r in stage1) / len(stage1)
+    assert f"{100 * share:.1f}%" in text  # stage-1 success after the warm start
+    assert "stage 2 37.5%" in text and "stage 3 0.0%" in text  # zero-variance means per stage from metrics.csv
+    assert "15.0 min in all" in text and "100 fresh expert conversations" in text
+    assert "The SFT effect" in text and "The GRPO effect" in text
+
+
+def test_targets_say_met_or_not_from_measurements(tmp_path):
+    run, _, _ = _fake_run(tmp_path, with_probe_share=0.05)
+    reports = results.load_reports(run)
+    zero_var = results.zero_variance_by_stage(run / "training" / "metrics.csv")
+    by_name = {t.name: t for t in results.targets(reports, zero_var)}
+    probe = by_name["worst offence class in the trained model's probe episodes"]
+    assert probe.ok is False and "repeated_call: 5.0%" in probe.measured
+    zero = by_name["zero-variance GRPO groups, stages 2-3"]
+    assert zero.ok is False  # stage 2 averaged 37.5% > 30%
+    s1 = reports["baseline"]["policies"]["baseline"]["by_stage"]["1"]["success"]["value"]
+    assert by_name["held-out stage-1 success after the warm start"].ok is (s1 >= 0.60)
+
+
+def test_write_replaces_only_the_marked_section_and_draws_the_plot(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n\n{results.RESULTS_BEGIN}\nold numbers\n{results.RESULTS_END}\n\nafter\n")
+    results.write_readme_results(run, readme, tmp_path / "docs" / "results")
+    text = readme.read_text()
+    assert "old numbers" not in text and text.startswith("# Title\n\nbefore\n") and text.endswith("\n\nafter\n")
+    assert (tmp_path / "docs" / "results" / f"cpu-learn_{results.PLOT_NAME}").stat().st_size > 1000
+    assert f"](docs/results/cpu-learn_{results.PLOT_NAME})" in text
+    again = readme.read_text()
+    results.write_readme_results(run, readme, tmp_path / "docs" / "results")
+    assert readme.read_text() == again  # rerunning on the same run changes nothing
+
+
+def test_errors_name_what_is_missing(tmp_path):
+    with pytest.raises(results.ResultsError, match=r"profile\.json is missing"):
+        results.results_section(tmp_path)
+    with pytest.raises(results.ResultsError, match="no results markers"):
+        results.replace_section("# no markers\n", "x")
