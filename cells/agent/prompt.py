@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from cells.actions import ACTION_FORMAT_HELP
-from cells.step_04_models import DriftCallObservation, GoalSpec, ToolDoc
+from cells.step_04_models import DriftCallObservation, GoalSpec, ToolDoc, ToolResult
 
 # Pinned by the seed module (step 14 re-exports it); changing it changes every trained prompt.
 PINNED_SYSTEM_PROMPT: str = (
@@ -74,14 +74,18 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def render_tool_result(res: ToolResult) -> str:
+    """The `[tool_result]` line of one result: tool, status and the whole response."""
+    return "[tool_result] " + _compact({"tool": res.tool_name, "status": res.status.value, **res.response})
+
+
 def render_observation(obs: DriftCallObservation) -> str:
     """The user-side message for an observation after turn 0."""
     lines = []
     if obs.parse_error is not None:
         lines.append(f"[format_error] {obs.parse_error}")
     if obs.last_result is not None:
-        res = obs.last_result
-        lines.append("[tool_result] " + _compact({"tool": res.tool_name, "status": res.status.value, **res.response}))
+        lines.append(render_tool_result(obs.last_result))
     if obs.user_message is not None and obs.parse_error is None:
         lines.append(f"[user] {obs.user_message.text}")
     if obs.budget_remaining <= 2 and not obs.done:

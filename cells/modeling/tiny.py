@@ -2,8 +2,9 @@
 
 Everything here is offline and deterministic: the tokenizer is a byte-level BPE trained with the
 `tokenizers` library on the project's own text (every string in every YAML/JSON fixture under
-`cells/data`, the 16 tool names, sample JSON actions, the pinned system prompt), so any Devanagari,
-Tamil or Kannada string encodes (bytes are the base alphabet) and round-trips exactly. Special
+`cells/data`, the registry's tool names, sample JSON actions, the pinned system prompt, expert
+transcripts), so any Devanagari, Tamil or Kannada string encodes (bytes are the base alphabet) and
+round-trips exactly. Special
 tokens and the chat template follow Gemma's conventions (`<bos>`, `<start_of_turn>user|model`,
 `<end_of_turn>`, system folded into the first user turn).
 
@@ -23,16 +24,11 @@ from typing import Any
 from cells.step_02_profiles import TinyModelRecipe
 from cells.step_03_data import DATA_DIR
 from cells.step_04_models import stable_digest
+from cells.step_05_vendors import TOOL_NAMES  # the registry's 16 tools (the corpus teaches their names)
 
-TINY_BUILD_VERSION = 3  # bump when the tokenizer or model recipe code changes (3: BPE merges across punctuation)
-
-TOOL_NAMES: tuple[str, ...] = (
-    "airline.search", "airline.book", "airline.cancel", "airline.get_booking",
-    "cab.estimate", "cab.book", "cab.cancel",
-    "restaurant.search", "restaurant.order", "restaurant.track",
-    "hotel.search", "hotel.book", "hotel.cancel",
-    "payment.get_token", "payment.charge", "payment.refund",
-)
+# Bump when the tokenizer or model recipe code changes (3: BPE merges across punctuation; 4: built-in
+# samples produced by the prompt, action grammar and vendor errors instead of hand-copied text).
+TINY_BUILD_VERSION = 4
 
 BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
 START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
@@ -53,19 +49,8 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
 
-# Built-in text so the tokenizer is useful before (and independent of) the fixtures other steps add.
-_BUILTIN_TEXT: tuple[str, ...] = (
-    "You are a concierge assistant. Use the provided tools. "
-    "Respond in the caller's language. Submit with calibrated confidence.",
-    '{"action":"tool_call","tool":"airline.search","args":{"from":"HYD","to":"BLR","date":"2026-05-02"}}',
-    '{"action":"tool_call","tool":"cab.estimate","args":{"pickup":"Koramangala","drop":"BLR","class":"sedan"}}',
-    '{"action":"tool_call","tool":"payment.get_token","args":{"scope":"payments.v2"}}',
-    '{"action":"speak","message":"The fare now includes a ₹199 convenience fee."}',
-    '{"action":"clarify","message":"Please share the OTP sent to your phone."}',
-    '{"action":"probe_schema","tool":"airline"}',
-    '{"action":"submit","message":"Booked 6E-2345 for ₹4,820.","confidence":0.8}',
-    '{"action":"abort","message":"I could not complete the booking."}',
-    "[tool_result] {\"status\":\"schema_error\",\"error_code\":\"MISSING_FIELD\",\"field_name\":\"passenger_count\"}",
+# User turns in each language (spoken text the fixtures phrase differently) and the number formats.
+_SAMPLE_USER_TEXT: tuple[str, ...] = (
     "[user] मुझे कल सुबह हैदराबाद से बेंगलुरु की फ्लाइट चाहिए, बजट ₹6000।",
     "[user] நாளை காலை சென்னையிலிருந்து பெங்களூருக்கு விமானம் வேண்டும்.",
     "[user] ನಾಳೆ ಬೆಂಗಳೂರಿನಿಂದ ಮೈಸೂರಿಗೆ ಕ್ಯಾಬ್ ಬುಕ್ ಮಾಡಿ.",
@@ -73,6 +58,34 @@ _BUILTIN_TEXT: tuple[str, ...] = (
     "[user] Please book a hotel in Goa for two nights under ₹7,500.",
     "0123456789 ₹ INR +05:30 2026-05-02T09:30:00+05:30 true false null",
 )
+
+
+def builtin_texts() -> tuple[str, ...]:
+    """Text the tokenizer needs even without fixtures: the pinned system prompt, one action of each type
+    and a schema-error result, each produced by the code that writes it for real (prompt, action
+    grammar, vendor errors), so a change there reaches the corpus and the cache digest."""
+    from cells.actions import format_action
+    from cells.agent.prompt import PINNED_SYSTEM_PROMPT, render_tool_result
+    from cells.step_04_models import ActionType, DriftCallAction, ToolResult
+    from cells.step_05_vendors import ErrorCode, VendorError
+
+    def act(kind: ActionType, **fields: Any) -> str:
+        return format_action(DriftCallAction(kind, **fields))
+
+    missing = VendorError(ErrorCode.MISSING_REQUIRED_FIELD, field_name="passenger_count", expected="int")
+    actions = (
+        act(ActionType.TOOL_CALL, tool_name="airline.search", tool_args={"from": "HYD", "to": "BLR",
+                                                                          "date": "2026-05-02"}),
+        act(ActionType.TOOL_CALL, tool_name="cab.estimate", tool_args={"pickup": "Koramangala", "drop": "BLR"}),
+        act(ActionType.TOOL_CALL, tool_name="payment.get_token", tool_args={"scope": "payments.v2"}),
+        act(ActionType.SPEAK, message="The fare now includes a ₹199 convenience fee."),
+        act(ActionType.CLARIFY, message="Please share the OTP sent to your phone."),
+        act(ActionType.PROBE_SCHEMA, tool_name="airline"),
+        act(ActionType.SUBMIT, message="Booked 6E-2345 for ₹4,820.", confidence=0.8),
+        act(ActionType.ABORT, message="I could not complete the booking."),
+    )
+    result = render_tool_result(ToolResult("airline.book", missing.status, missing.response(), 1, 40, 1))
+    return (PINNED_SYSTEM_PROMPT, *actions, result, *_SAMPLE_USER_TEXT)
 
 
 def _strings_in(value: Any) -> Iterator[str]:
@@ -115,7 +128,7 @@ def corpus_texts(include_fixtures: bool = True, data_dir: Path = DATA_DIR) -> tu
     )
     fixtures = fixture_strings(data_dir) if include_fixtures else ()
     transcripts = _transcripts() if include_fixtures else ()
-    return (*_BUILTIN_TEXT, *TOOL_NAMES, *actions, "{}[]:,\"", *fixtures, *transcripts)
+    return (*builtin_texts(), *TOOL_NAMES, *actions, "{}[]:,\"", *fixtures, *transcripts)
 
 
 def _transcripts() -> tuple[str, ...]:
