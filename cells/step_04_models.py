@@ -32,6 +32,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DOMAINS: tuple[str, ...] = ("airline", "cab", "restaurant", "hotel", "payment")
 GOAL_DOMAINS: tuple[str, ...] = ("airline", "cab", "restaurant", "hotel")
+# The tool that books each goal domain: drift scheduling, the reward and the scripted players read it
+# here (players may not import the vendors); tests check each is a write tool of the vendor registry.
+GOAL_WRITE_TOOLS: dict[str, str] = {"airline": "airline.book", "cab": "cab.book", "restaurant": "restaurant.order",
+                                    "hotel": "hotel.book"}
 DRIFT_KINDS: tuple[str, ...] = ("schema", "policy", "tnc", "pricing", "auth")
 RATIONALE_MAX_CHARS = 200
 

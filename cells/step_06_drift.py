@@ -30,6 +30,7 @@ from cells.step_04_models import (
     DOMAINS,
     DRIFT_KINDS,
     GOAL_DOMAINS,
+    GOAL_WRITE_TOOLS,
     DriftEvent,
     GoalSpec,
     ScheduledDrift,
@@ -42,8 +43,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 CATALOGUE_FILE = "drifts.yaml"
-GOAL_WRITE_TOOLS = {"airline": "airline.book", "cab": "cab.book", "restaurant": "restaurant.order",
-                    "hotel": "hotel.book"}
 PAYMENT_SHARE_STAGE3 = 0.35  # chance the second stage-3 drift hits the payment gateway
 
 

@@ -39,6 +39,16 @@ def _copies(names: set[str], at_least: int) -> list[str]:
     return [f"{_rel(p)}{line}" for p in SOURCES for line in _collections_holding(p, names, at_least)]
 
 
+def test_the_goal_write_tool_map_is_declared_once():
+    """step 4 declares `GOAL_WRITE_TOOLS` (the players may not import the vendors, so not the registry);
+    step 6, the reward and the players import it. Two booking/order tool names in one literal is a copy."""
+    from cells.step_04_models import GOAL_WRITE_TOOLS
+
+    home = ROOT / "cells" / "step_04_models.py"
+    spelled = [c for c in _copies(set(GOAL_WRITE_TOOLS.values()), at_least=2) if not c.startswith(_rel(home))]
+    assert spelled == [], f"import step_04_models.GOAL_WRITE_TOOLS instead of spelling it out: {spelled}"
+
+
 def test_the_copy_check_catches_a_copy(tmp_path):
     copy = tmp_path / "copy.py"
     copy.write_text('W = {"airline": "airline.book", "hotel": "hotel.book"}\nT = ("cab.book", "x")\n'

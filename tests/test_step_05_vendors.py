@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from cells.step_04_models import Constraint, ToolResult
 from cells.step_05_vendors import (
     TOOL_NAMES,
+    TOOLS,
     ErrorCode,
     describe_schema,
     dispatch,
@@ -54,6 +55,15 @@ def airline_booking(world, **extra):
 
 def test_tool_names_are_the_sixteen():
     assert TOOL_NAMES == EXPECTED_TOOLS
+
+
+def test_goal_write_tools_are_write_tools_of_their_domain():
+    """step 4's `GOAL_WRITE_TOOLS` names, for every goal domain, a registered write tool of that domain."""
+    from cells.step_04_models import GOAL_DOMAINS, GOAL_WRITE_TOOLS
+
+    assert tuple(GOAL_WRITE_TOOLS) == GOAL_DOMAINS
+    for domain, name in GOAL_WRITE_TOOLS.items():
+        assert name in TOOLS and TOOLS[name].write and TOOLS[name].domain == domain, name
 
 
 def test_every_tool_reachable_with_ok_status():

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import Booking, Constraint, DriftEvent
+from cells.step_04_models import GOAL_WRITE_TOOLS, Booking, Constraint, DriftEvent
 
 from .common import is_specific, norm_text
 
@@ -71,8 +71,6 @@ class DriftEvidence:
 
 
 GOAL_WRITE = "goal.write"  # catalogue alias for the goal domain's booking/order tool
-GOAL_WRITE_TOOLS = {"airline": "airline.book", "cab": "cab.book", "restaurant": "restaurant.order",
-                    "hotel": "hotel.book"}
 
 
 def _adaptation_tool(adaptation: Any, goal_domain: str | None) -> str | None:

@@ -95,8 +95,6 @@ def abort(message: str | None = None) -> str:
 
 SEARCH_TOOLS: dict[str, str] = {"airline": "airline.search", "cab": "cab.estimate",
                                 "restaurant": "restaurant.search", "hotel": "hotel.search"}
-WRITE_TOOLS: dict[str, str] = {"airline": "airline.book", "cab": "cab.book", "restaurant": "restaurant.order",
-                               "hotel": "hotel.book"}
 
 
 def search_args(goal: GoalReader) -> dict[str, Any]:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import DriftCallObservation, ToolResult, UserMessage
+from cells.step_04_models import GOAL_WRITE_TOOLS, DriftCallObservation, ToolResult, UserMessage
 from cells.tasks.i18n import money
 
 from . import phrases
 from .base import (
     SEARCH_TOOLS,
-    WRITE_TOOLS,
     GoalReader,
     Memory,
     PolicyNotResetError,
@@ -127,7 +126,7 @@ class ExpertPolicy:
                 self.min_order = floor if isinstance(floor, int) else self.min_order
             else:
                 self.stuck = True
-        elif r.tool_name == WRITE_TOOLS[domain]:
+        elif r.tool_name == GOAL_WRITE_TOOLS[domain]:
             if r.ok:
                 self.booking = dict(r.response)
                 self.fee = fee_of(r.response) if self.adaptive else 0
@@ -303,7 +302,7 @@ class ExpertPolicy:
             args["items"] = [{**item, "modifiers": []} for item in args["items"]]
         args.update(self.extra)
         args["payment_token"] = self.token
-        return self._call(WRITE_TOOLS[self.goal.domain], args)
+        return self._call(GOAL_WRITE_TOOLS[self.goal.domain], args)
 
     def _after_booking(self) -> str:
         total = self.booking.get("total_inr") if self.booking else None
