@@ -93,3 +93,24 @@ def test_tokenizer_samples_use_real_error_codes_and_tools():
     for call in (a for a in actions if a.action_type.value == "tool_call"):
         tool = TOOLS[call.tool_name]
         check_schema(tool, DEFAULT_FLAGS[tool.domain], call.tool_args)  # raises on a made-up argument
+
+
+def _int_literals(path: Path, values: set[int]) -> list[int]:
+    return [n.lineno for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.Constant) and type(n.value) is int and n.value in values]
+
+
+def test_seed_range_bounds_are_declared_once():
+    """Only step 2 spells out where the train/probe/eval seed ranges start and stop (`SEED_RANGES`)."""
+    from cells.step_02_profiles import SEED_RANGES
+
+    bounds = {b for r in SEED_RANGES for b in (r.start, r.stop)} - {0}
+    home = ROOT / "cells" / "step_02_profiles.py"
+    spelled = [f"{_rel(p)}{line}" for p in SOURCES if p != home for line in _int_literals(p, bounds)]
+    assert spelled == [], f"derive these from step_02_profiles.SEED_RANGES (e.g. EVAL_SEEDS.start): {spelled}"
+
+
+def test_the_seed_check_catches_a_copy(tmp_path):
+    copy = tmp_path / "copy.py"
+    copy.write_text("def f(base_seed: int = 900_000_000):\n    return base_seed + 10\n", encoding="utf-8")
+    assert _int_literals(copy, {800_000_000, 900_000_000}) == [1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cells.evaluation.records import EvalRecord
+from cells.step_02_profiles import EVAL_SEEDS
 from cells.step_04_models import DRIFT_KINDS, LANGUAGES, rng_for
 
 
@@ -28,10 +29,11 @@ def make_record(policy: str = "p", seed: int = 0, *, success: bool = True, **ove
 
 def synthetic_records(policy: str, *, skill: float, drift_penalty: float = 0.2, n_seeds: int = 6,
                       trials: int = 3, stages: tuple[int, ...] = (1, 2, 3),
-                      languages: tuple[str, ...] = LANGUAGES, base_seed: int = 900_000_000) -> list[EvalRecord]:
+                      languages: tuple[str, ...] = LANGUAGES, base_seed: int = EVAL_SEEDS.start) -> list[EvalRecord]:
     """A plausible evaluation set: success probability `skill` (minus `drift_penalty` when a drift
     fires; stages 2-3 fire drifts), calibrated-ish confidences, a few parse failures and offences.
-    Identical (seed, stage, language, trial) keys for every policy, so sets can be paired."""
+    Identical (seed, stage, language, trial) keys for every policy, so sets can be paired; seeds are
+    consecutive from `base_seed` (by default the held-out evaluation range, like real records)."""
     out: list[EvalRecord] = []
     for stage in stages:
         for lang in languages:
