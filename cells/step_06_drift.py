@@ -38,6 +38,7 @@ from cells.step_04_models import (
     rng_for,
 )
 from cells.step_05_vendors import DEFAULT_FLAGS, TOOL_NAMES, ErrorCode, World, with_flags
+from cells.vendors import airline, hotel, restaurant
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
@@ -94,6 +95,12 @@ class DriftPattern:
 
 
 # --- goal predicates named by `requires` ------------------------------------------------------
+# Each answers "does this pattern bite for this goal, and can it be survived?" from the goal, the
+# pattern's own mutation and the prices and times the vendors plant for the goal (read from the
+# vendor modules, never copied here).
+
+MIN_ORDER_BUDGET_INR = 800  # topping an order up to a raised minimum must still fit, a delivery fee included
+
 
 def _budget(goal: GoalSpec) -> int | None:
     return next((c.value for c in goal.constraints if c.name == "total_inr" and c.op == "le"), None)
@@ -103,38 +110,43 @@ def _constraint(goal: GoalSpec, name: str, op: str) -> Any:
     return next((c.value for c in goal.constraints if c.name == name and c.op == op), None)
 
 
-def _window_spans_10am(goal: GoalSpec) -> bool:
-    lo = _constraint(goal, "depart_time", "ge") or "05:00"
-    hi = _constraint(goal, "depart_time", "le") or "22:30"
-    return lo <= "09:55" and hi >= "10:30"
+def _window_spans_both_fits(goal: GoalSpec, pattern: DriftPattern) -> bool:
+    """The goal's window reaches the early planted fit (refused by a 10:00 cut-off) and the later one."""
+    lo, hi = airline.departure_window(goal)
+    return lo <= airline.EARLY_FIT_DEPARTURES[1] and hi >= airline.LATER_FIT_DEPARTURES[0]
 
 
-def _charge_above_2000(goal: GoalSpec) -> bool:
+def _charge_above_mfa_threshold(goal: GoalSpec, pattern: DriftPattern) -> bool:
+    """Every budget-fitting booking costs more than the pattern's MFA threshold."""
+    threshold = pattern.mutation["mfa_threshold_inr"]
     if goal.domain == "airline":
-        return True  # per-passenger fares never go below ₹2,100
+        return threshold < airline.FARE_FLOOR_INR  # the floor fare is per passenger: every booking pays it
     if goal.domain != "hotel":
         return False
-    from cells.vendors.hotel import nights_between
+    bound = hotel.cheapest_fit_bound_inr(goal)
+    return bound is None or bound > threshold
 
-    nights = nights_between(goal.slots["check_in"], goal.slots["check_out"]) if "check_out" in goal.slots else 1
+
+def _min_order_bites(goal: GoalSpec, pattern: DriftPattern) -> bool:
+    """The planted order falls short of the raised minimum, and the budget allows topping it up."""
+    short = restaurant.planted_dish_count(goal) * restaurant.DISH_PRICE_CAP_INR < pattern.mutation["min_order_inr"]
     budget = _budget(goal)
-    return budget is None or budget - 1100 - 500 * nights > 2000
+    return short and (budget is None or budget >= MIN_ORDER_BUDGET_INR)
 
 
-def _min_order_bites(goal: GoalSpec) -> bool:
-    k = max(int(_constraint(goal, "item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
-    budget = _budget(goal)
-    return k <= 3 and (budget is None or budget >= 800)  # ₹499 + delivery fee + headroom fits
-
-
-PREDICATES: dict[str, Callable[[GoalSpec], bool]] = {
-    "goal_window_spans_10am": _window_spans_10am,
-    "goal_not_mini": lambda g: (_constraint(g, "vehicle_class", "eq") or g.slots.get("vehicle_class")) != "mini",
-    "goal_not_room_standard": lambda g: (_constraint(g, "room_type", "eq") or g.slots.get("room_type")) != "standard",
-    "goal_diet_veg": lambda g: g.slots.get("diet") == "veg",
+PREDICATES: dict[str, Callable[[GoalSpec, DriftPattern], bool]] = {
+    "goal_window_spans_10am": _window_spans_both_fits,
+    "goal_not_mini": lambda g, p: (_constraint(g, "vehicle_class", "eq") or g.slots.get("vehicle_class")) != "mini",
+    "goal_not_room_standard": lambda g, p: (_constraint(g, "room_type", "eq") or g.slots.get("room_type")) != "standard",
+    "goal_diet_veg": lambda g, p: g.slots.get("diet") == "veg",
     "goal_budget_allows_min_order": _min_order_bites,
-    "goal_charge_above_2000": _charge_above_2000,
+    "goal_charge_above_mfa_threshold": _charge_above_mfa_threshold,
 }
+
+
+def requirements_met(pattern: DriftPattern, goal: GoalSpec) -> bool:
+    """Whether every `requires` predicate of `pattern` holds for `goal` (else the pattern is skipped)."""
+    return all(PREDICATES[name](goal, pattern) for name in pattern.requires)
 
 
 # --- catalogue loading and validation ---------------------------------------------------------
@@ -247,7 +259,7 @@ def pattern_by_id(pattern_id: str) -> DriftPattern:
 
 def _candidates(goal: GoalSpec, domain: str) -> list[DriftPattern]:
     return [p for p in load_catalogue() if p.domain == domain and goal.domain in p.applies_to
-            and all(PREDICATES[r](goal) for r in p.requires)]
+            and requirements_met(p, goal)]
 
 
 def _scheduled(p: DriftPattern, rng: Any) -> ScheduledDrift:

@@ -114,3 +114,19 @@ def test_the_seed_check_catches_a_copy(tmp_path):
     copy = tmp_path / "copy.py"
     copy.write_text("def f(base_seed: int = 900_000_000):\n    return base_seed + 10\n", encoding="utf-8")
     assert _int_literals(copy, {800_000_000, 900_000_000}) == [1]
+
+
+def test_drift_predicates_copy_no_vendor_price_or_time():
+    """step 6's `requires` predicates read the prices and departure windows the vendors plant (and the
+    pattern's own thresholds); none of those numbers or times is spelled out in step 6 again."""
+    from cells.step_06_drift import load_catalogue
+    from cells.vendors import airline, hotel, restaurant
+
+    prices = {airline.FARE_FLOOR_INR, restaurant.DISH_PRICE_CAP_INR, hotel.SLACK_INR, hotel.RESORT_FEE_ALLOWANCE_INR,
+              *hotel.RATE_JITTER_INR, hotel.SLACK_INR + hotel.RATE_JITTER_INR[1]}
+    prices |= {v for p in load_catalogue() for v in p.mutation.values() if type(v) is int}
+    times = {*airline.DEFAULT_DEPARTURE_WINDOW, *airline.EARLY_FIT_DEPARTURES, *airline.LATER_FIT_DEPARTURES}
+    step_06 = ROOT / "cells" / "step_06_drift.py"
+    copied = _int_literals(step_06, prices) + [n.lineno for n in ast.walk(ast.parse(step_06.read_text(encoding="utf-8")))
+                                               if isinstance(n, ast.Constant) and n.value in times]
+    assert copied == [], f"step_06_drift.py lines {copied} copy a vendor price/time or a pattern threshold"

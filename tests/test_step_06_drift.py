@@ -13,7 +13,6 @@ import pytest
 from cells.step_04_models import DOMAINS, DRIFT_KINDS, Constraint
 from cells.step_05_vendors import new_world, sample_goal
 from cells.step_06_drift import (
-    PREDICATES,
     DriftCatalogueError,
     apply_drift,
     attach_notice,
@@ -23,6 +22,7 @@ from cells.step_06_drift import (
     load_catalogue,
     parse_catalogue,
     pattern_by_id,
+    requirements_met,
 )
 from cells.vendors.selfcheck import call
 
@@ -38,7 +38,7 @@ def goal_for(pattern, seed: int = 11):
     domain = pattern.applies_to[0]
     low, step = BUDGETS[domain]
     goal = sample_goal(domain, seed=seed, budget=low + step * (seed % 40))
-    assert all(PREDICATES[r](goal) for r in pattern.requires), pattern.id
+    assert requirements_met(pattern, goal), pattern.id
     return goal
 
 
@@ -278,3 +278,19 @@ def test_same_seed_same_world_across_processes_and_hash_seeds():
                               check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
         digests.append(proc.stdout.strip())
     assert digests[0] == digests[1] and len(digests[0]) == 32
+
+
+def test_predicates_follow_the_vendor_prices(monkeypatch):
+    """The `requires` predicates read the vendors' planted prices: moving a price moves the verdict."""
+    from cells.step_06_drift import PREDICATES
+    from cells.vendors import airline, restaurant
+
+    mfa, min_order = pattern_by_id("payment_mfa_required_hotel"), pattern_by_id("restaurant_min_order_raised")
+    flight = sample_goal("airline")
+    food = sample_goal("restaurant", slots={"party_size": 3})
+    assert PREDICATES["goal_charge_above_mfa_threshold"](flight, mfa)
+    assert PREDICATES["goal_budget_allows_min_order"](food, min_order)  # 3 x ₹159 < ₹499
+    monkeypatch.setattr(airline, "FARE_FLOOR_INR", mfa.mutation["mfa_threshold_inr"])
+    monkeypatch.setattr(restaurant, "DISH_PRICE_CAP_INR", 170)  # 3 x ₹170 >= ₹499: the drift would not bite
+    assert not PREDICATES["goal_charge_above_mfa_threshold"](flight, mfa)
+    assert not PREDICATES["goal_budget_allows_min_order"](food, min_order)

@@ -32,7 +32,7 @@ from cells.agent.policies.random_policy import RandomPolicy
 from cells.agent.prompt import initial_messages, render_observation
 from cells.rewards.penalty import CLAIM_VOCABULARY
 from cells.step_04_models import LANGUAGES, ActionType, GoalSpec
-from cells.step_06_drift import PREDICATES, DriftPattern, load_catalogue
+from cells.step_06_drift import DriftPattern, load_catalogue, requirements_met
 from cells.step_07_tasks import detect_topics, generate, script_of
 from cells.step_10_env import DriftCallEnv, make_env_factory
 from cells.tasks.i18n import LANGUAGE_SCRIPT
@@ -44,7 +44,7 @@ def _eligible_seeds(pattern: DriftPattern, lang: str, n: int, start: int = 20_00
     out = []
     for seed in range(start, start + 5000):
         goal = generate(seed, 2, {lang: 1.0})
-        if goal.domain in pattern.applies_to and all(PREDICATES[r](goal) for r in pattern.requires):
+        if goal.domain in pattern.applies_to and requirements_met(pattern, goal):
             out.append(seed)
             if len(out) == n:
                 return out

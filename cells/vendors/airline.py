@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from cells.step_04_models import Booking, rng_for, stable_id
+from cells.step_04_models import Booking, GoalSpec, rng_for, stable_id
 
 from .common import booking_view, cancel, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
@@ -30,6 +30,17 @@ from .world import (
 CARRIERS = ("6E", "AI", "UK", "SG", "QP", "IX")
 FARE_FLOOR_INR = 2100  # per passenger; keeps every booking above the ₹2,000 MFA drift threshold
 SLACK_INR = 700
+DEFAULT_DEPARTURE_WINDOW = ("05:00", "22:30")  # "HH:MM" bounds for a goal that states no departure time
+# The two planted budget fits depart in these windows (intersected with the goal's): the cheaper one
+# before a 10:00 booking-window drift, the other after it, so that drift bites and can be survived.
+EARLY_FIT_DEPARTURES = ("05:00", "09:55")
+LATER_FIT_DEPARTURES = ("10:30", "22:30")
+
+
+def departure_window(goal: GoalSpec) -> tuple[str, str]:
+    """The goal's departure window as "HH:MM" bounds (DEFAULT_DEPARTURE_WINDOW where it states none)."""
+    return (goal_constraint(goal, "depart_time", "ge") or DEFAULT_DEPARTURE_WINDOW[0],
+            goal_constraint(goal, "depart_time", "le") or DEFAULT_DEPARTURE_WINDOW[1])
 
 
 def _window(goal_lo: int, goal_hi: int, lo: int, hi: int, rng: Any) -> int:
@@ -45,14 +56,14 @@ def _plant_goal_options(world: World, flights: list[dict[str, Any]], rng: Any) -
     goal = world.goal
     pax = int(goal.slots.get("passengers", 1))
     budget = goal_constraint(goal, "total_inr", "le") or pax * 6000 + 1500
-    lo = minutes(goal_constraint(goal, "depart_time", "ge") or "05:00")
-    hi = minutes(goal_constraint(goal, "depart_time", "le") or "22:30")
+    lo, hi = (minutes(t) for t in departure_window(goal))
     fit_max = budget - SLACK_INR
     anchor = max(FARE_FLOOR_INR, (fit_max - rng.randint(100, 600)) // pax)
     second = anchor + max(0, fit_max - anchor * pax) // pax // 2
     seats = max(9, pax + 2)
-    flights[0].update(fare=anchor, depart=_window(lo, hi, 5 * 60, 9 * 60 + 55, rng), seats=seats + rng.randint(0, 20))
-    flights[1].update(fare=second, depart=_window(lo, hi, 10 * 60 + 30, 22 * 60 + 30, rng), seats=seats + 5)
+    early, later = (tuple(minutes(t) for t in w) for w in (EARLY_FIT_DEPARTURES, LATER_FIT_DEPARTURES))
+    flights[0].update(fare=anchor, depart=_window(lo, hi, *early, rng), seats=seats + rng.randint(0, 20))
+    flights[1].update(fare=second, depart=_window(lo, hi, *later, rng), seats=seats + 5)
     flights[2].update(fare=budget // pax + rng.randint(300, 2000))
     for f in flights[3:]:
         f["fare"] = max(f["fare"], second + rng.randint(100, 1500))

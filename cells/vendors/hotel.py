@@ -11,7 +11,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from cells.step_04_models import Booking, rng_for, stable_id
+from cells.step_04_models import Booking, GoalSpec, rng_for, stable_id
 
 from .common import booking_view, cancel, check_duplicate
 from .errors import ErrorCode, VendorError
@@ -22,11 +22,26 @@ from .world import World, commit_booking, goal_constraint, goal_slot_matches, me
 ROOM_TYPES = ("standard", "deluxe", "suite")
 NAMES = ("Taj Residency", "Lemon Tree", "Treebo Trend", "FabHotel Prime", "Ginger", "ITC Grand", "The Park")
 RATE_FLOOR_INR = 1200  # per night; above the ₹1,000 GST drift threshold
+SLACK_INR = 700  # the planted fit stays at least this far under the budget...
+RESORT_FEE_ALLOWANCE_INR = 500  # ...plus this per night, so a resort-fee drift stays survivable
+RATE_JITTER_INR = (50, 400)  # seeded amount taken off the fit's total (per unit, rounded down)
 GSTIN = re.compile(r"^[0-9A-Z]{15}$")
 
 
 def nights_between(check_in: str, check_out: str) -> int:
     return (dt.date.fromisoformat(check_out) - dt.date.fromisoformat(check_in)).days
+
+
+def cheapest_fit_bound_inr(goal: GoalSpec) -> int | None:
+    """Roughly the least the planted budget-fitting booking costs, or None when the goal has no budget:
+    the budget less the slack, the resort-fee allowance and the largest jitter (the per-unit rounding
+    in `_plant_goal_options` can take up to rooms x nights - 1 more)."""
+    budget = goal_constraint(goal, "total_inr", "le")
+    if budget is None:
+        return None
+    slots = goal.slots
+    nights = nights_between(slots["check_in"], slots["check_out"]) if "check_out" in slots else 1
+    return budget - SLACK_INR - RATE_JITTER_INR[1] - RESORT_FEE_ALLOWANCE_INR * nights
 
 
 def _plant_goal_options(world: World, hotels: list[dict[str, Any]], rng: Any) -> None:
@@ -35,8 +50,8 @@ def _plant_goal_options(world: World, hotels: list[dict[str, Any]], rng: Any) ->
     nights = max(1, nights_between(slots["check_in"], slots["check_out"])) if "check_out" in slots else 1
     unit = nights * int(slots.get("rooms", 1))
     budget = goal_constraint(goal, "total_inr", "le") or 4500 * unit + 1500
-    fit_max = (budget - 700 - 500 * nights) // unit
-    standard = max(RATE_FLOOR_INR, fit_max - rng.randint(50, 400) // unit)
+    fit_max = (budget - SLACK_INR - RESORT_FEE_ALLOWANCE_INR * nights) // unit
+    standard = max(RATE_FLOOR_INR, fit_max - rng.randint(*RATE_JITTER_INR) // unit)
     deluxe = standard + max(0, fit_max - standard) // 2
     wanted = goal_constraint(goal, "room_type", "eq") or slots.get("room_type")
     suite = deluxe + max(0, fit_max - deluxe) // 2 if wanted == "suite" else budget // unit + rng.randint(500, 3000)

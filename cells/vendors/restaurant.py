@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import Booking, rng_for, stable_id
+from cells.step_04_models import Booking, GoalSpec, rng_for, stable_id
 
 from .common import booking_view, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
@@ -27,6 +27,14 @@ DISHES = {
 }
 NAMES = ("Udupi Grand", "Meghana Foods", "Paradise", "Haldiram's", "MTR", "Bikanervala", "Empire", "Anand Bhavan")
 DIETS = {"veg": ("veg",), "egg": ("veg", "egg"), "non-veg": ("veg", "egg", "non-veg")}
+# The budget-fitting dishes cost at most this, so an order of up to 3 stays under a raised ₹499 minimum
+# (that drift bites).
+DISH_PRICE_CAP_INR = 159
+
+
+def planted_dish_count(goal: GoalSpec) -> int:
+    """Dishes the planted fit is priced for: the goal's item count or party size, at least 2."""
+    return max(int(goal_constraint(goal, "item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
 
 
 def slack_inr(budget: int) -> int:
@@ -47,10 +55,9 @@ def _plant_goal_options(world: World, places: list[dict[str, Any]], rng: Any) ->
     diet = str(goal.slots.get("diet", "veg"))
     tag = diet if diet in DIETS else "veg"
     budget = goal_constraint(goal, "total_inr", "le") or 1400
-    k = max(int(goal_constraint(goal, "item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
-    # the ₹159 cap keeps an order of up to 3 dishes under a raised ₹499 minimum (that drift bites)
-    # at least ₹200 for k dishes (the pre-drift ₹199 minimum), at most ₹159 a dish
-    price = min(159, max(-(-200 // k), (budget - slack_inr(budget) - rng.randint(20, 80)) // k))
+    k = planted_dish_count(goal)
+    # at least ₹200 for k dishes (the pre-drift ₹199 minimum), at most DISH_PRICE_CAP_INR a dish
+    price = min(DISH_PRICE_CAP_INR, max(-(-200 // k), (budget - slack_inr(budget) - rng.randint(20, 80)) // k))
     anchor = [{"name": n, "price_inr": price + 10 * i, "tag": tag} for i, n in enumerate(DISHES[tag][:3])]
     egg = {"name": "Egg Roll", "price_inr": max(60, price - 20), "tag": "egg"}  # the cheapest dish
     taken = {d["name"] for d in anchor}
