@@ -123,6 +123,8 @@ def message_in_language(text: str, language: str, rules: TaskRules) -> tuple[boo
     """(ok, script found): the script must be the language's; Hinglish/English must be pure Latin."""
     expected = rules.language_script.get(language, "latin")
     found = rules.script_of(text)
+    if found == expected == "latin":  # step 7 names a mostly-Latin text "latin"; romanised means no other script
+        return all(share == 0.0 for script, share in letter_shares(text).items() if script != "latin"), found
     if found == expected:
         return True, found
     ok = found == "mixed" and expected != "latin" and letter_shares(text).get(expected, 0.0) >= MIN_SCRIPT_SHARE
