@@ -97,12 +97,12 @@ def compute_rewards(episode: Episode, patterns: PatternLookup | None = None, *, 
     """Score a finished episode. Pure: the same inputs always give an equal `Rewards`.
 
     patterns: pattern_id -> pattern-shaped object (mapping or callable; default step_06's
-    `pattern_by_id`, only consulted when drifts fired). rules: task rules (default step_07's,
-    with fallbacks). tool_args: documented argument names per tool (default step_05's, if any).
+    `pattern_by_id`, only consulted when drifts fired). rules: task rules (default step_07's).
+    tool_args: documented argument names per tool (default step_05's at reset).
     """
     rules = default_rules() if rules is None else rules
     tool_args = default_tool_args() if tool_args is None else tool_args
-    evidence = evidence_for(episode.drifts, patterns, episode.goal.domain)
+    evidence = evidence_for(episode.drifts, patterns)
     booking, booking_detail = task_booking(episode, rules)
     task, task_b = r_task(episode, booking, booking_detail)
     drift, drift_b = r_drift(episode, evidence, booking)

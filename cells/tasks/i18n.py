@@ -23,8 +23,8 @@ LANGUAGE_SCRIPT: dict[str, str] = {
     "hi": "devanagari", "ta": "tamil", "kn": "kannada", "en": "latin", "hinglish": "latin",
 }
 
-# Unicode blocks of the scripts we score.
-_SCRIPT_RANGES: tuple[tuple[str, int, int], ...] = (
+# Unicode blocks of the scripts we score (the reward's letter shares read them too).
+SCRIPT_RANGES: tuple[tuple[str, int, int], ...] = (
     ("devanagari", 0x0900, 0x097F),
     ("tamil", 0x0B80, 0x0BFF),
     ("kannada", 0x0C80, 0x0CFF),
@@ -53,7 +53,7 @@ def finish(text: str, lang: str) -> str:
 
 def _char_script(ch: str) -> str | None:
     code = ord(ch)
-    for name, lo, hi in _SCRIPT_RANGES:
+    for name, lo, hi in SCRIPT_RANGES:
         if lo <= code <= hi:
             return name
     if ch.isascii() and ch.isalpha():
@@ -66,9 +66,9 @@ def _char_script(ch: str) -> str | None:
 # The same classification as `_char_script`, done by the regex engine (the reward scores every
 # user-facing message, and a per-character Python loop was a tenth of the env's time).
 _RANGE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(f"[{chr(lo)}-{chr(hi)}]")) for name, lo, hi in _SCRIPT_RANGES)
+    (name, re.compile(f"[{chr(lo)}-{chr(hi)}]")) for name, lo, hi in SCRIPT_RANGES)
 _ASCII_LETTERS = re.compile("[A-Za-z]")
-_OTHER_NON_ASCII = re.compile("[^\x00-\x7f" + "".join(f"{chr(lo)}-{chr(hi)}" for _, lo, hi in _SCRIPT_RANGES) + "]")
+_OTHER_NON_ASCII = re.compile("[^\x00-\x7f" + "".join(f"{chr(lo)}-{chr(hi)}" for _, lo, hi in SCRIPT_RANGES) + "]")
 
 
 def script_counts(text: str) -> dict[str, int]:
