@@ -3,9 +3,9 @@
 Every offence has a code from the closed `OffenceCode` enum, the turn it happened and the
 evidence that proves it. `r_penalty = -min(1, sum of PENALTY[code] over offences)`.
 
-Invented fields are checked against documented tool arguments (step_05's `TOOL_ARGS` or
-`tool_docs()`, or the `tool_args` passed in); when neither exists the check is skipped and the
-breakdown says so. A field or id counts as seen when it appeared (as a key or a value) in an
+Invented fields are checked against documented tool arguments (the step_05 registry's at reset,
+`adapters.default_tool_args()`, or the `tool_args` passed in); a tool they do not list is not
+checked. A field or id counts as seen when it appeared (as a key or a value) in an
 earlier tool response, including error extras such as `field_name`.
 """
 
@@ -114,7 +114,7 @@ def _said_before(episode: Episode, turn: int) -> str:
     return said + " " + episode.goal.seed_utterance
 
 
-def argument_offences(episode: Episode, tool_args: Mapping[str, frozenset[str]] | None) -> list[dict[str, Any]]:
+def argument_offences(episode: Episode, tool_args: Mapping[str, frozenset[str]]) -> list[dict[str, Any]]:
     """Invented ids, invented fields and reserved/protected argument keys, per tool call."""
     shown = _Shown(list(episode.results))
     goal_values = set(scalars(episode.goal.slots))
@@ -134,7 +134,7 @@ def argument_offences(episode: Episode, tool_args: Mapping[str, frozenset[str]] 
                     said = _said_before(episode, turn) if said is None else said
                     if v not in said:
                         out.append(_offence(OffenceCode.INVENTED_ID, turn, tool=action.tool_name, arg=path, value=v))
-        documented = None if tool_args is None else tool_args.get(action.tool_name or "")
+        documented = tool_args.get(action.tool_name or "")
         for key in action.tool_args if documented is not None else ():
             if key not in documented and key not in reserved and key not in seen.keys and key not in seen.values:
                 out.append(_offence(OffenceCode.INVENTED_FIELD, turn, tool=action.tool_name, arg=key))
@@ -211,13 +211,11 @@ def write_offences(episode: Episode, wrong_live: list[str]) -> list[dict[str, An
 
 
 def r_penalty(episode: Episode, evidence: Mapping[str, DriftEvidence], wrong_live: list[str],
-              tool_args: Mapping[str, frozenset[str]] | None) -> tuple[float, dict[str, Any]]:
+              tool_args: Mapping[str, frozenset[str]]) -> tuple[float, dict[str, Any]]:
     """-min(1, sum of offence weights), with every offence listed in turn order."""
     offences = (argument_offences(episode, tool_args) + repetition_offences(episode)
                 + claim_offences(episode, evidence) + write_offences(episode, wrong_live))
     offences.sort(key=lambda o: (o["turn"] if o["turn"] is not None else -1, o["code"]))
     total = sum(o["weight"] for o in offences)
     value = -min(PENALTY_CAP, total) if total else 0.0
-    return value, {"value": value, "offences": offences, "uncapped": total,
-                   "invented_fields_check": "on" if tool_args is not None else
-                   "skipped: step_05 exposes no argument spec (TOOL_ARGS / tool_docs())"}
+    return value, {"value": value, "offences": offences, "uncapped": total}
