@@ -118,7 +118,7 @@ class Profile:
     sft_warmup_ratio: float = 0.0
     sft_stages: tuple[int, ...] = (1,)  # curriculum stages the expert conversations are split evenly over
     warm_start_eval_per_cell: int = 1  # held-out seeds per (stage, language) for the post-warm-start parse rate; 0 skips it
-    warm_start_checkpoints: int = 0  # held-out greedy plays (15 episodes each) at evenly spaced SFT steps; 0: none
+    warm_start_checkpoints: int = 0  # held-out greedy plays (warm_start_eval_per_cell) at evenly spaced SFT steps
     # --- evaluation (steps 18-20) ---
     eval_episodes_per_cell: int = 1  # per (stage, language)
     pass_k: int = 4
@@ -220,17 +220,22 @@ PROFILES: dict[str, Profile] = {
         max_new_tokens_per_turn=96,
         max_episode_tokens=1024,  # expert episodes are ~400-900 tokens with the merged-JSON tokenizer; caps looping rollouts
         steps_per_stage=(15, 15, 15),
+        # G=8: GRPO learns only from groups whose episodes earn different rewards, and a failed episode earns
+        # exactly 0; at success p an all-fail group has probability (1-p)^G (p=0.3: 24% at G=4, 6% at G=8).
+        num_generations=8,
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
         adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
-        # Each seen once: ~7.7M tokens (~766 per episode), ~23 min at ~5,500 training tokens/s (`bench train
-        # --profile cpu-learn` on a quiet moment of the shared 2 cores: 5,595); leaves ~35 min for GRPO and evals.
-        sft_episodes=10_000,
+        # Each seen once: ~19M tokens (~800 per episode), ~25 min at the ~13,000 training tokens/s the labelled-
+        # positions loss reaches here (`bench train`); issue 10's calibration saw success only after ~13,000-20,000
+        # episodes for this size. Leaves ~25 min for data, GRPO and the evaluations.
+        sft_episodes=24_000,
         sft_learning_rate=3e-3,
         sft_batch_size=8,
         sft_lr_scheduler="cosine",
         sft_warmup_ratio=0.03,
         sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
         warm_start_eval_per_cell=4,  # 20 held-out episodes per stage: success per stage after the warm start
+        warm_start_checkpoints=4,  # the same 60 episodes at 20/40/60/80% of the SFT steps (~30 s each)
         eval_episodes_per_cell=6,
         pass_k=2,  # sampled trials cost as much as greedy ones; 2 keeps the final eval ~10 min
         probe_episodes_per_policy=40,

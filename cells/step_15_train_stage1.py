@@ -8,8 +8,8 @@
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
    is the warm-started model); GPU profiles train the LoRA and save `training/warm_start/adapter`.
    A rerun with the saved warm start present loads it instead of training again. With
-   `profile.warm_start_checkpoints` = k > 0 the model also plays 15 held-out seeds greedily at k evenly
-   spaced SFT steps (`HeldOutCheckpoints`: how success grows with training). Then the warm-started model plays
+   `profile.warm_start_checkpoints` = k > 0 the model also plays the warm-start eval's held-out seeds greedily
+   at k evenly spaced SFT steps (`HeldOutCheckpoints`: how success grows with training). Then the warm-started model plays
    `eval_plan(profile.warm_start_eval_per_cell)` held-out seeds greedily; the valid-action share and
    success per stage are printed and stored (`ctx.trainer_state["warm_start_eval"]`, a `WarmStartEval`),
    and `training/warm_start/warm_start.json` records the data size, tokens/s, checkpoints and that eval.
@@ -32,6 +32,7 @@ steps 16 and 17 call it too.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,6 +161,7 @@ def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
         callbacks=[checkpoints.callback()] if p.warm_start_checkpoints > 0 else (),
     )
     ctx.trainer_state["warm_start_checkpoints"] = checkpoints.rows
+    result = dataclasses.replace(result, seconds=result.seconds - checkpoints.eval_seconds)  # training time only
     print(f"[warm start] {result.tokens:,} tokens ({result.trained_tokens:,} trained) in {result.seconds:.0f}s: "
           f"{result.tokens_per_s:,.0f} training tokens/s")
     return result
@@ -168,19 +170,25 @@ def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
 class HeldOutCheckpoints:
     """Greedy held-out play at `profile.warm_start_checkpoints` evenly spaced SFT steps (the last one excluded:
     step 15 evaluates the finished warm start anyway), so a run shows how success grows with training and
-    whether more SFT would still pay. Each point plays `eval_plan(1)` (one seed per stage x language)."""
+    whether more SFT would still pay. Each point plays the same `eval_plan(profile.warm_start_eval_per_cell)` as
+    the final warm-start eval, so the points and the end are comparable."""
 
     def __init__(self, ctx: Context, total_steps: int) -> None:
         k = max(0, ctx.profile.warm_start_checkpoints)
         self.ctx = ctx
         self.at = {round(total_steps * i / (k + 1)) for i in range(1, k + 1)} - {0, total_steps}
         self.rows: list[dict[str, Any]] = []
+        self.eval_seconds = 0.0  # spent inside trainer.train() on these plays, not on training
 
     def evaluate(self, model: Any, step: int, seconds: float) -> None:
+        """Play the held-out cases at SFT `step`, `seconds` of training (checkpoint plays excluded) in."""
+        import time
+
+        t0 = time.perf_counter()
         from cells.evaluation.runner import eval_plan, make_spec, run_model
         from cells.training.warm_start import summarize_eval
 
-        cases = eval_plan(1)
+        cases = eval_plan(max(1, self.ctx.profile.warm_start_eval_per_cell))
         was_training = model.training
         model.eval()
         records = run_model("warm_start", model, self.ctx.tokenizer, cases,
@@ -188,7 +196,8 @@ class HeldOutCheckpoints:
         model.train(was_training)
         summary = summarize_eval(records)
         self.rows.append({"step": step, "seconds": round(seconds, 1), **summary.to_dict()})
-        print(f"[warm start] step {step} ({seconds / 60:.1f} min): {summary.line()}")
+        print(f"[warm start] step {step} ({seconds / 60:.1f} min of SFT): {summary.line()}")
+        self.eval_seconds += time.perf_counter() - t0
 
     def callback(self) -> Any:
         import time
@@ -200,7 +209,7 @@ class HeldOutCheckpoints:
         class _Callback(TrainerCallback):
             def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
                 if state.global_step in outer.at and model is not None:
-                    outer.evaluate(model, state.global_step, time.perf_counter() - t0)
+                    outer.evaluate(model, state.global_step, time.perf_counter() - t0 - outer.eval_seconds)
 
         return _Callback()
 

@@ -30,9 +30,9 @@ def ctx(tmp_path, reports):
 
 
 def _tables(text: str) -> dict[str, list[list[str]]]:
-    """heading -> body rows (header and separator dropped) of the first table under each ### heading."""
+    """heading -> body rows (header and separator dropped) of the table under each ### / #### heading."""
     out: dict[str, list[list[str]]] = {}
-    for block in text.split("\n### ")[1:]:
+    for block in re.split(r"\n#{3,4} ", text)[1:]:
         heading, _, rest = block.partition("\n")
         rows = [line.strip("|").split(" | ") for line in rest.splitlines() if line.startswith("| ")]
         out[heading.strip()] = [[c.strip() for c in r] for r in rows[1:]]
