@@ -184,10 +184,10 @@ class HeldOutCheckpoints:
         """Play the held-out cases at SFT `step`, `seconds` of training (checkpoint plays excluded) in."""
         import time
 
-        t0 = time.perf_counter()
         from cells.evaluation.runner import eval_plan, make_spec, run_model
         from cells.training.warm_start import summarize_eval
 
+        t0 = time.perf_counter()
         cases = eval_plan(max(1, self.ctx.profile.warm_start_eval_per_cell))
         was_training = model.training
         model.eval()

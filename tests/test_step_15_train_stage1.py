@@ -418,3 +418,45 @@ def test_signal_report_folds_zero_variance_groups_per_stage(capsys):
     assert "[stage 2] zero-variance groups: 50% over 3 steps (target <= 30%)" in capsys.readouterr().out
     assert fold_signal(1, [{"loss": 1.0}]) is None
     assert "target" not in fold_signal(1, [{"groups/zero_std_frac": 1.0, "reward/mean": 0.0}]).line()
+
+
+def test_labelled_positions_loss_equals_the_models_own_loss():
+    from cells.training.sft_data import RightPadCollator
+    from cells.training.warm_start import labelled_positions_loss
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, lora=False).eval()
+    rows = [{"input_ids": list(t.input_ids), "labels": list(t.labels)}
+            for t in (tokenize_conversation(tok, CONV), tokenize_conversation(tok, CONV[:3]))]
+    batch = RightPadCollator(tok.pad_token_id)(rows)
+    torch.testing.assert_close(labelled_positions_loss(model, batch["input_ids"], batch["labels"]),
+                               model(**batch).loss)
+    no_labels = torch.full_like(batch["labels"], IGNORE_INDEX)
+    assert labelled_positions_loss(model, batch["input_ids"], no_labels).item() == 0.0
+
+
+def test_held_out_checkpoints_play_at_even_steps_and_land_in_warm_start_json(tmp_path, monkeypatch, capsys):
+    import cells.evaluation.runner as runner
+    from cells.step_15_train_stage1 import HeldOutCheckpoints, save_warm_start_summary, warm_start
+
+    ctx = _full_ctx(tmp_path, monkeypatch)
+    assert HeldOutCheckpoints(ctx, 100).at == set()  # warm_start_checkpoints = 0: no plays
+    ctx.profile = dataclasses.replace(ctx.profile, warm_start_checkpoints=4, sft_episodes=40, warm_start_eval_per_cell=1)
+    assert HeldOutCheckpoints(ctx, 100).at == {20, 40, 60, 80}
+    played = []
+
+    def fake_run_model(name, model, tokenizer, cases, spec, *, greedy, trial, batch_size=64):
+        played.append((model.training, len(cases)))
+        return [_rec(3, 0, i == 0, 0.5 if i == 0 else 0.0) for i, _ in enumerate(cases)]
+
+    monkeypatch.setattr(runner, "run_model", fake_run_model)
+    result = warm_start(ctx)  # 40 conversations / batch 4 = 10 SFT steps: plays at steps 2, 4, 6, 8
+    rows = ctx.trainer_state["warm_start_checkpoints"]
+    assert [r["step"] for r in rows] == [2, 4, 6, 8] and all(not training for training, _ in played)
+    assert all(n == 15 for _, n in played) and "[warm start] step 2 (" in capsys.readouterr().out
+    path = save_warm_start_summary(ctx, result, None)
+    saved = json.loads(path.read_text())
+    assert saved["training"]["steps"] == 10 and [r["step"] for r in saved["checkpoints"]] == [2, 4, 6, 8]
+    reused = dataclasses.replace(result, steps=0, examples=0)  # a rerun that reloads the model keeps the record
+    save_warm_start_summary(ctx, reused, None)
+    assert json.loads(path.read_text())["training"]["steps"] == 10
