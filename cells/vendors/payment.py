@@ -16,9 +16,19 @@ from .registry import Arg, Tool
 from .world import World
 
 
+TOKEN_HEX_CHARS = 4
+
+
 def token_for(world: World, scope: str) -> str:
-    """The deterministic token this episode's gateway issues for `scope`."""
-    return f"tok_{scope}_{stable_digest(world.seed, 'payment.token', scope, size=6).hex()}"
+    """The deterministic token this episode's gateway issues for `scope`.
+
+    Its random part is short (4 hex characters) on purpose: a token is accepted only if this episode's
+    gateway issued it (`_token_scope`), so length adds no security here, while every booking must copy
+    the token out of a tool result. Issue 10 measured the cpu-learn model after 24,000 expert episodes:
+    it wrote the 12-character form as runs of one digit (`..._9b262555557c`) in every held-out booking
+    attempt, and no booking ever went through."""
+    digest = stable_digest(world.seed, "payment.token", scope, size=TOKEN_HEX_CHARS // 2).hex()
+    return f"tok_{scope}_{digest}"
 
 
 def _token_scope(world: World, token: Any) -> str:
