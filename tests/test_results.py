@@ -46,7 +46,8 @@ def _fake_run(tmp_path, *, with_probe_share: float = 0.0):
 def test_section_numbers_come_from_the_run_files(tmp_path):
     run, warm, _ = _fake_run(tmp_path)
     text = results.results_section(run)
-    assert text.startswith(results.RESULTS_BEGIN) and text.endswith(results.RESULTS_END)
+    begin, end = results.markers("cpu-learn")
+    assert text.startswith(begin) and text.endswith(end)
     paired = json.loads((run / "eval_paired.json").read_text())
     diff = paired["metrics"]["success"]["diff"]
     assert f"{100 * diff['value']:+.1f} pts [{100 * diff['low']:+.1f}, {100 * diff['high']:+.1f}]" in text
@@ -74,10 +75,13 @@ def test_targets_say_met_or_not_from_measurements(tmp_path):
 def test_write_replaces_only_the_marked_section_and_draws_the_plot(tmp_path):
     run, _, _ = _fake_run(tmp_path)
     readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\nbefore\n\n{results.RESULTS_BEGIN}\nold numbers\n{results.RESULTS_END}\n\nafter\n")
+    begin, end = results.markers("cpu-learn")
+    other = "\n".join(results.markers("cpu-smoke"))
+    readme.write_text(f"# Title\n\nbefore\n\n{begin}\nold numbers\n{end}\n\n{other}\n\nafter\n")
     results.write_readme_results(run, readme, tmp_path / "docs" / "results")
     text = readme.read_text()
     assert "old numbers" not in text and text.startswith("# Title\n\nbefore\n") and text.endswith("\n\nafter\n")
+    assert f"\n{other}\n" in text  # another profile's section is left alone
     assert (tmp_path / "docs" / "results" / f"cpu-learn_{results.PLOT_NAME}").stat().st_size > 1000
     assert f"](docs/results/cpu-learn_{results.PLOT_NAME})" in text
     again = readme.read_text()
@@ -88,5 +92,5 @@ def test_write_replaces_only_the_marked_section_and_draws_the_plot(tmp_path):
 def test_errors_name_what_is_missing(tmp_path):
     with pytest.raises(results.ResultsError, match=r"profile\.json is missing"):
         results.results_section(tmp_path)
-    with pytest.raises(results.ResultsError, match="no results markers"):
-        results.replace_section("# no markers\n", "x")
+    with pytest.raises(results.ResultsError, match="no results markers for 'cpu-learn'"):
+        results.replace_section("# no markers\n", "x", "cpu-learn")

@@ -15,7 +15,6 @@ from .errors import ErrorCode, VendorError
 from .registry import Arg, Tool
 from .world import World
 
-
 TOKEN_HEX_CHARS = 4
 
 
