@@ -1,4 +1,4 @@
-"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | serve`."""
+"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | diagnose | serve`."""
 
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ def _cmd_control(args: argparse.Namespace) -> int:
     return control_main(args.rest)
 
 
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from cells.diagnose import main as diagnose_main
+
+    return diagnose_main(args.rest)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from cells.server.app import serve
     from cells.server.middleware import Limits
@@ -80,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/control.py)")
     p_control.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir runs/cpu-learn")
     p_control.set_defaults(func=_cmd_control)
+    p_diag = sub.add_parser("diagnose", help="what a CPU run's warm start copies wrong (cells/diagnose.py)")
+    p_diag.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir runs/cpu-learn")
+    p_diag.set_defaults(func=_cmd_diagnose)
     p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
     p_serve.add_argument("--host", default="127.0.0.1")
     p_serve.add_argument("--port", type=int, default=8000)

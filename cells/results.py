@@ -217,6 +217,15 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
                   _paired_table(reports["paired_warm_start"])]
     parts += ["The GRPO effect, trained − warm start, paired on identical seeds:" if reports.get("paired_warm_start")
               else "Trained − baseline, paired on identical seeds:", "", _paired_table(reports.get("paired"))]
+    diag = _load(run_dir, "diagnose.json", required=False)
+    if diag:
+        parts += ["Where the warm start's bookings fail (`python -m cells diagnose`, the warm-start eval's "
+                  f"{diag.get('episodes', 0)} held-out episodes, greedy): "
+                  f"{diag.get('write_calls_with_issued_token', 0)} of {diag.get('write_calls', 0)} booking/order calls "
+                  f"carried the payment token the gateway had issued in that episode (a token was issued in "
+                  f"{diag.get('episodes_with_token', 0)} episodes); {diag.get('searches_with_goal_slots_right', 0)} "
+                  f"of {diag.get('searches', 0)} searches had every goal slot (cities, dates) right; "
+                  f"{diag.get('episodes_with_booking', 0)} episodes booked anything.", ""]
     if reports.get("paired_grpo_vs_control"):
         minutes = ((reports.get("control") or {}).get("control") or {}).get("grpo_seconds", 0.0) / 60
         parts += [f"SFT-only control (`python -m cells control`): the warm start trained {minutes:.1f} more minutes "

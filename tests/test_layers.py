@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("agent", r"cells\.(step_11_\w+|agent)(\..+)?"),
     ("training/evaluation", r"cells\.(step_(1[2-9]|2\d)_\w+|modeling|training|evaluation)(\..+)?"),
 )
-ORCHESTRATION = re.compile(r"cells(\.(pipeline|__main__|bench|bench_server|reloading|results|control))?$")
+ORCHESTRATION = re.compile(r"cells(\.(pipeline|__main__|bench|bench_server|reloading|results|control|diagnose))?$")
 
 
 def layer_of(module: str) -> int | None:

@@ -94,3 +94,36 @@ def test_errors_name_what_is_missing(tmp_path):
         results.results_section(tmp_path)
     with pytest.raises(results.ResultsError, match="no results markers for 'cpu-learn'"):
         results.replace_section("# no markers\n", "x", "cpu-learn")
+
+
+def test_copy_diagnostics_count_issued_tokens_and_right_slots():
+    from cells.agent.play import play_episode
+    from cells.diagnose import copy_diagnostics
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_10_env import DriftCallEnv
+    from cells.step_11_agent import EXPLOIT_POLICIES, ExpertPolicy
+
+    def played(policy, n=6):
+        out = []
+        for seed in eval_seeds(n, 1, "en"):
+            env = DriftCallEnv(1, {"en": 1.0})
+            play_episode(env, policy(), seed)
+            out.append(env.episode())
+        return out
+
+    expert = copy_diagnostics(played(ExpertPolicy))
+    assert expert["write_calls"] >= 6 and expert["write_calls_with_issued_token"] == expert["write_calls"]
+    assert expert["searches_with_goal_slots_right"] == expert["searches"] == 6
+    assert expert["episodes_with_booking"] == expert["episodes"] == 6
+    invent = copy_diagnostics(played(EXPLOIT_POLICIES["invent"]))
+    assert invent["write_calls"] > 0 and invent["write_calls_with_issued_token"] < invent["write_calls"]
+
+
+def test_section_reports_the_diagnosis_when_present(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    (run / "diagnose.json").write_text(json.dumps({"episodes": 60, "write_calls": 153,
+                                                   "write_calls_with_issued_token": 0, "episodes_with_token": 60,
+                                                   "searches": 62, "searches_with_goal_slots_right": 24,
+                                                   "episodes_with_booking": 0}))
+    text = results.results_section(run)
+    assert "0 of 153 booking/order calls" in text and "24 of 62 searches" in text

@@ -1,0 +1,86 @@
+"""`python -m cells diagnose --run-dir runs/cpu-learn`: where a warm-started model's bookings fail.
+
+Plays the run's saved warm start (`training/warm_start/model`, CPU full warm starts) greedily on the
+warm-start evaluation plan and counts what a booking needs the model to copy correctly: the payment
+token the gateway issued in that episode (every write call carries it) and the goal's slots in the
+search call (cities, dates). Writes `diagnose.json` in the run directory (read by `python -m cells
+results`) and prints it. ~1 min for cpu-learn on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cells.errors import DriftCallError
+
+SEARCH_TOOLS = frozenset({"airline.search", "cab.estimate", "restaurant.search", "hotel.search"})
+
+
+class DiagnoseError(DriftCallError, RuntimeError):
+    """The run directory has no full warm start to play."""
+
+
+def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
+    """Counts over finished `Episode`s: write calls, those whose `payment_token` was issued in the same episode,
+    searches, those whose arguments equal every goal slot they name, and how the episodes ended."""
+    counts: Counter[str] = Counter()
+    for episode in episodes:
+        issued = {r.response.get("payment_token") for r in episode.results
+                  if r.tool_name == "payment.get_token" and r.status.value == "ok"}
+        for record in episode.actions:
+            action = record.action
+            if action is None or action.action_type.value != "tool_call":
+                continue
+            if "payment_token" in action.tool_args:
+                counts["write_calls"] += 1
+                counts["write_calls_with_issued_token"] += action.tool_args["payment_token"] in issued
+            if action.tool_name in SEARCH_TOOLS:
+                slots = episode.goal.slots
+                counts["searches"] += 1
+                counts["searches_with_goal_slots_right"] += all(
+                    str(v) == str(slots[k]) for k, v in action.tool_args.items() if k in slots)
+        counts["episodes"] += 1
+        counts["episodes_with_token"] += bool(issued)
+        counts["episodes_with_booking"] += bool(episode.bookings)
+        counts[f"ended_by_{episode.terminated_by.value}"] += 1
+    return dict(sorted(counts.items()))
+
+
+def diagnose_run(run_dir: Path) -> dict[str, int]:
+    """Play the run's warm start on the warm-start eval plan; write and return `diagnose.json`'s counts."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cells.agent.rollout import rollout_batch
+    from cells.evaluation.runner import env_for_case, eval_plan
+    from cells.modeling.tiny import build_or_load_tiny
+    from cells.step_02_profiles import get_profile
+
+    run_dir = Path(run_dir)
+    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
+    model_dir = run_dir / "training" / "warm_start" / "model"
+    if profile.tiny is None or not (model_dir / "model.safetensors").is_file():
+        raise DiagnoseError(f"{run_dir} has no full warm start to diagnose (CPU profiles; run the pipeline first)")
+    _, tokenizer, _ = build_or_load_tiny(profile.tiny, run_dir / "tiny_model", profile.seed)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    cases = eval_plan(max(1, profile.warm_start_eval_per_cell))
+    played = rollout_batch([env_for_case(c) for c in cases], [c.seed for c in cases], model=model,
+                           tokenizer=tokenizer, greedy=True, max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
+                           max_episode_tokens=profile.max_episode_tokens)
+    counts = copy_diagnostics(played.episodes)
+    (run_dir / "diagnose.json").write_text(json.dumps(counts, indent=1) + "\n", encoding="utf-8")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", default="runs/cpu-learn")
+    args = parser.parse_args(argv)
+    print(json.dumps(diagnose_run(Path(args.run_dir)), indent=1))
+    return 0
