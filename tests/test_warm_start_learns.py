@@ -8,12 +8,13 @@ Thresholds come from measurement (below), with a margin; the untrained model is 
 seeds as the contrast, so a broken warm start (labels, masks, collator, template, saving) fails here.
 ~75 s on 2 shared CPU cores.
 
-Measured with this procedure (2 shared cores, seed 1234), untrained -> warm-started on the 8 held-out seeds:
-valid-action share 0.00 -> 0.61, share of tool calls the env answered `ok` 0.00 -> 0.97, SFT loss 8.70 -> 5.20,
-held-out stage-1 success 0 -> 0 (no booking yet). With 400 episodes (50 steps, ~150 s) the numbers were
-0.61 / 0.92 / loss 3.68 and still no booking: stage-1 success needs minutes of warm start on this machine
-(issue 10's calibration: 0% at 5 min, ~20-48% at 25 min), so this 2-minute test cannot assert it; the full
-warm start's held-out success is measured by step 15 (`[warm start] ... success`) and `bench train`.
+Measured with this procedure (2 shared cores, seed 1234, digits-split tokenizer, labelled-positions loss),
+untrained -> warm-started on the 8 held-out seeds: valid-action share 0.00 -> 0.95, share of tool calls the env
+answered `ok` 0.00 -> 0.98, SFT loss 8.66 -> 4.67, held-out stage-1 success 0 -> 0 (no booking). Stage-1 success
+is not asserted because no warm start on this machine reaches it yet: the full cpu-learn warm start (24,000
+episodes, ~19 min) also ends at 0%, and `python -m cells diagnose` shows why (none of its booking calls carries
+the payment token the gateway issued in that episode: it does not copy strings out of tool results). When
+a warm start books, add the success threshold here.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def test_reduced_warm_start_learns_valid_actions_and_working_tool_calls(tmp_path
           f"untrained {untrained} -> warm-started {trained}; loss {result.losses[0]:.2f} -> {result.losses[-1]:.2f}")
 
     assert result.full_model and result.steps == EPISODES // 8
-    assert result.losses[-1] <= result.losses[0] - 2.0  # measured 8.70 -> 5.20
+    assert result.losses[-1] <= result.losses[0] - 3.0  # measured 8.66 -> 4.67
     assert untrained.valid_share <= 0.05 and untrained.tool_ok_share == 0.0  # measured 0.00 / 0.00
-    assert trained.valid_share >= 0.45  # measured 0.61
-    assert trained.tool_ok_share >= 0.6  # measured 0.97
+    assert trained.valid_share >= 0.75  # measured 0.95
+    assert trained.tool_ok_share >= 0.8  # measured 0.98
