@@ -40,19 +40,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_results(args: argparse.Namespace) -> int:
     from cells.results import main as results_main
 
-    return results_main(args.rest)
+    return results_main(["--run-dir", args.run_dir, "--readme", args.readme, "--assets", args.assets]
+                        + (["--print"] if args.print else []))
 
 
 def _cmd_control(args: argparse.Namespace) -> int:
     from cells.control import main as control_main
 
-    return control_main(args.rest)
+    return control_main(["--run-dir", args.run_dir])
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from cells.diagnose import main as diagnose_main
 
-    return diagnose_main(args.rest)
+    return diagnose_main(["--run-dir", args.run_dir])
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -81,13 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="--episodes N (env) / --seeds N (policies)")
     p_bench.set_defaults(func=_cmd_bench)
     p_results = sub.add_parser("results", help="write the README results section from a finished run (cells/results.py)")
-    p_results.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir runs/cpu-learn [--readme] [--print]")
+    p_results.add_argument("--run-dir", default="runs/cpu-learn")
+    p_results.add_argument("--readme", default="README.md")
+    p_results.add_argument("--assets", default="docs/results", help="where the plot is written")
+    p_results.add_argument("--print", action="store_true", help="print the section instead of writing the README")
     p_results.set_defaults(func=_cmd_results)
     p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/control.py)")
-    p_control.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir runs/cpu-learn")
+    p_control.add_argument("--run-dir", default="runs/cpu-learn")
     p_control.set_defaults(func=_cmd_control)
     p_diag = sub.add_parser("diagnose", help="what a CPU run's warm start copies wrong (cells/diagnose.py)")
-    p_diag.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir runs/cpu-learn")
+    p_diag.add_argument("--run-dir", default="runs/cpu-learn")
     p_diag.set_defaults(func=_cmd_diagnose)
     p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
     p_serve.add_argument("--host", default="127.0.0.1")

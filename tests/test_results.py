@@ -127,3 +127,16 @@ def test_section_reports_the_diagnosis_when_present(tmp_path):
                                                    "episodes_with_booking": 0}))
     text = results.results_section(run)
     assert "0 of 153 booking/order calls" in text and "24 of 62 searches" in text
+
+
+def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, capsys):
+    from cells.__main__ import main
+
+    run, _, _ = _fake_run(tmp_path)
+    assert main(["results", "--run-dir", str(run), "--print"]) == 0
+    begin, _ = results.markers("cpu-learn")
+    assert capsys.readouterr().out.startswith(begin)
+    # a run without a warm-started model: both say so in one line and exit 2 (the project's own errors)
+    assert main(["control", "--run-dir", str(run)]) == 2
+    assert main(["diagnose", "--run-dir", str(run)]) == 2
+    assert "no full warm start" in capsys.readouterr().err
