@@ -172,6 +172,10 @@ def _paired_table(paired: Mapping[str, Any] | None) -> str:
     return _table(["episodes", "pairs", "Δ success [95% CI]", "Δ mean reward [95% CI]"], rows)
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
 def _minutes(timings: Mapping[str, float] | None) -> str:
     if not timings:
         return "n/a"
@@ -203,13 +207,19 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     if training:
         parts += [f"Warm start: {training['examples']:,} fresh expert conversations, {training['tokens']:,} tokens "
                   f"({training['trained_tokens']:,} trained), {training['steps']:,} optimiser steps in "
-                  f"{training['seconds'] / 60:.1f} min ({training['tokens_per_s']:,.0f} training tokens/s).", ""]
+                  f"{_duration(training['seconds'])} ({training['tokens_per_s']:,.0f} training tokens/s).", ""]
+    final = warm.get("eval")
+    if final:
+        by_stage = ", ".join(f"stage {st} {_pct(v['success_rate'])}" for st, v in (final.get("success_by_stage") or {}).items())
+        parts += [f"Held-out play right after the warm start ({final['episodes']} episodes, greedy): "
+                  f"{_pct(final['valid_share'])} of {final['turns']} turns were valid actions; success {by_stage}.", ""]
     checkpoints = warm.get("checkpoints") or []
     if checkpoints:
         rows = [[str(c["step"]), f"{c['seconds'] / 60:.1f}", _pct(c["valid_share"]),
                  ", ".join(f"{st}: {_pct(v['success_rate'])}" for st, v in (c.get("success_by_stage") or {}).items())]
                 for c in checkpoints]
-        parts += ["Held-out checkpoints during the warm start (one seed per stage x language):", "",
+        parts += [f"Held-out checkpoints during the warm start ({checkpoints[0].get('episodes', '?')} episodes each, "
+                  "greedy; minutes of SFT, checkpoint plays excluded):", "",
                   _table(["SFT step", "minutes", "valid actions", "success by stage"], rows)]
     parts += ["Held-out success by stage (greedy; Wilson 95% CI):", "", _stage_table(reports)]
     if reports.get("paired_warm_start"):
