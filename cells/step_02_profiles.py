@@ -225,9 +225,10 @@ PROFILES: dict[str, Profile] = {
         num_generations=8,
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
         adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
-        # Each seen once: ~19M tokens (~800 per episode), ~25 min at the ~13,000 training tokens/s the labelled-
-        # positions loss reaches here (`bench train`); issue 10's calibration saw success only after ~13,000-20,000
-        # episodes for this size. Leaves ~25 min for data, GRPO and the evaluations.
+        # Each seen once: 18.9M tokens (~790 per episode), 19 min at the 16,650 training tokens/s measured in the
+        # README's cpu-learn run (45 min end to end). That run still ended at 0% held-out success: its held-out
+        # checkpoints (valid actions 73% -> 90%, flat after 8 min) and `python -m cells diagnose` say more of the
+        # same data will not fix it; see the README.
         sft_episodes=24_000,
         sft_learning_rate=3e-3,
         sft_batch_size=8,
