@@ -34,6 +34,24 @@ class ControlError(DriftCallError, RuntimeError):
     """The run directory cannot host the control (no full warm start, no GRPO metrics, no baseline eval)."""
 
 
+def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
+    """`(profile, model, tokenizer)`: the profile a finished CPU run used, its saved full warm start
+    (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cells.modeling.tiny import build_or_load_tiny
+    from cells.step_02_profiles import get_profile
+
+    profile = get_profile(json.loads((Path(run_dir) / "profile.json").read_text(encoding="utf-8"))["name"])
+    model_dir = Path(run_dir) / "training" / "warm_start" / "model"
+    if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file():
+        raise ControlError(f"{run_dir} has no full warm start (CPU profiles only; run the pipeline first)")
+    _, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
+    tokenizer.padding_side = "left"
+    return profile, AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), tokenizer
+
+
 def grpo_seconds(metrics_csv: Path) -> float:
     """Seconds the run's GRPO optimiser steps took (sum of `step_time`, rollouts included)."""
     from cells.training.metrics import read_metrics_csv
@@ -56,22 +74,17 @@ def control_conversations(profile: Any, n: int) -> list[list[dict[str, Any]]]:
 
 def run_control(run_dir: Path) -> dict[str, Any]:
     """Train and evaluate the control in `run_dir`; returns the two paired reports."""
-    import torch
-
     from cells.evaluation.records import load_records_jsonl, save_records_jsonl
     from cells.evaluation.report import compare_reports, save_report_json
     from cells.evaluation.runner import EvalCase, evaluate, make_spec, report_for
-    from cells.modeling.tiny import build_or_load_tiny
-    from cells.step_02_profiles import get_profile
     from cells.training.sft_data import tokenize_all
     from cells.training.warm_start import sft_warm_start
 
     run_dir = Path(run_dir)
-    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
-    model_dir = run_dir / "training" / "warm_start" / "model"
+    profile, model, tokenizer = load_run_warm_start(run_dir)
     summary = run_dir / "training" / "warm_start" / "warm_start.json"
-    if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file() or not summary.is_file():
-        raise ControlError(f"{run_dir} has no full warm start to continue (CPU profiles only; run the pipeline first)")
+    if not summary.is_file():
+        raise ControlError(f"{summary} is missing: the warm start's own record (step 15 writes it) sizes the control")
     for name in ("eval_baseline.json", "records_baseline.jsonl", "records_final.jsonl"):
         if not (run_dir / name).is_file():
             raise ControlError(f"{run_dir / name} is missing: run steps 18-19 first")
@@ -80,9 +93,6 @@ def run_control(run_dir: Path) -> dict[str, Any]:
     n = max(profile.sft_batch_size, round(seconds * warm["tokens_per_s"] / (warm["tokens"] / warm["examples"])))
     print(f"[control] GRPO took {seconds / 60:.1f} min: continuing the warm start on {n:,} fresh conversations")
 
-    untrained, tokenizer, _ = build_or_load_tiny(profile.tiny, run_dir / "tiny_model", profile.seed)
-    tokenizer.padding_side = "left"
-    model = type(untrained).from_pretrained(str(model_dir), dtype=torch.float32)
     dataset = tokenize_all(tokenizer, control_conversations(profile, n), progress=True)
     result = sft_warm_start(model, tokenizer, dataset, run_dir / "training" / "sft_control",
                             learning_rate=CONTROL_LR_SHARE * profile.sft_learning_rate,

@@ -16,18 +16,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cells.errors import DriftCallError
-
-SEARCH_TOOLS = frozenset({"airline.search", "cab.estimate", "restaurant.search", "hotel.search"})
-
-
-class DiagnoseError(DriftCallError, RuntimeError):
-    """The run directory has no full warm start to play."""
-
 
 def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
     """Counts over finished `Episode`s: write calls, those whose `payment_token` was issued in the same episode,
     searches, those whose arguments equal every goal slot they name, and how the episodes ended."""
+    from cells.agent.policies.base import SEARCH_TOOLS
+
+    searches = frozenset(SEARCH_TOOLS.values())
     counts: Counter[str] = Counter()
     for episode in episodes:
         issued = {r.response.get("payment_token") for r in episode.results
@@ -39,7 +34,7 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
             if "payment_token" in action.tool_args:
                 counts["write_calls"] += 1
                 counts["write_calls_with_issued_token"] += action.tool_args["payment_token"] in issued
-            if action.tool_name in SEARCH_TOOLS:
+            if action.tool_name in searches:
                 slots = episode.goal.slots
                 counts["searches"] += 1
                 counts["searches_with_goal_slots_right"] += all(
@@ -53,22 +48,13 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
 
 def diagnose_run(run_dir: Path) -> dict[str, int]:
     """Play the run's warm start on the warm-start eval plan; write and return `diagnose.json`'s counts."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from cells.agent.rollout import rollout_batch
+    from cells.control import load_run_warm_start
     from cells.evaluation.runner import env_for_case, eval_plan
-    from cells.modeling.tiny import build_or_load_tiny
-    from cells.step_02_profiles import get_profile
 
     run_dir = Path(run_dir)
-    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
-    model_dir = run_dir / "training" / "warm_start" / "model"
-    if profile.tiny is None or not (model_dir / "model.safetensors").is_file():
-        raise DiagnoseError(f"{run_dir} has no full warm start to diagnose (CPU profiles; run the pipeline first)")
-    _, tokenizer, _ = build_or_load_tiny(profile.tiny, run_dir / "tiny_model", profile.seed)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    profile, model, tokenizer = load_run_warm_start(run_dir)
+    model.eval()
     cases = eval_plan(max(1, profile.warm_start_eval_per_cell))
     played = rollout_batch([env_for_case(c) for c in cases], [c.seed for c in cases], model=model,
                            tokenizer=tokenizer, greedy=True, max_new_tokens_per_turn=profile.max_new_tokens_per_turn,

@@ -15,13 +15,14 @@ target is reported by how much rather than left out.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cells.errors import DriftCallError
+from cells.evaluation.markdown import table
+from cells.evaluation.report import load_report_json
 
 
 def markers(profile: str) -> tuple[str, str]:
@@ -55,7 +56,7 @@ def _load(run_dir: Path, name: str, required: bool = True) -> dict[str, Any] | N
         if required:
             raise ResultsError(f"{path} is missing: run `python -m cells run --profile <name>` to the end first")
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return load_report_json(path)
 
 
 def _pct(x: float | None) -> str:
@@ -85,11 +86,6 @@ def _rate(e: Mapping[str, Any] | None) -> str:
     lo, hi = e.get("low"), e.get("high")
     ci = "" if lo is None or hi is None else f" [{100 * lo:.0f}, {100 * hi:.0f}]"
     return f"{100 * e['value']:.1f}%{ci}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
 def zero_variance_by_stage(metrics_csv: Path) -> dict[int, float]:
@@ -146,7 +142,7 @@ def load_reports(run_dir: Path) -> dict[str, Any]:
     return {k: v for k, v in reports.items() if v is not None}
 
 
-def _stage_table(reports: Mapping[str, Any]) -> str:
+def _stagetable(reports: Mapping[str, Any]) -> str:
     columns = [("untrained", "untrained"), ("baseline", "baseline"), ("final", "trained"),
                ("control", "sft_control"), ("reference", "expert")]
     present = [(k, p) for k, p in columns if _success(reports.get(k), p) is not None]
@@ -156,10 +152,10 @@ def _stage_table(reports: Mapping[str, Any]) -> str:
     for stage in ("1", "2", "3", None):
         label = "all" if stage is None else stage
         rows.append([label, *[_rate(_success(reports.get(k), p, stage)) for k, p in present]])
-    return _table(["stage", *[names[k] for k, _ in present]], rows)
+    return table(["stage", *[names[k] for k, _ in present]], rows)
 
 
-def _paired_table(paired: Mapping[str, Any] | None) -> str:
+def _pairedtable(paired: Mapping[str, Any] | None) -> str:
     if not paired:
         return "_not measured in this run_\n"
     rows = [["all", str(paired["metrics"]["success"].get("n_pairs")), _est(paired["metrics"]["success"]["diff"]),
@@ -169,7 +165,7 @@ def _paired_table(paired: Mapping[str, Any] | None) -> str:
         for group, d in (paired.get(key) or {}).items():
             rows.append([f"{label}{group}", str(d["success"].get("n_pairs")), _est(d["success"]["diff"]),
                          _est(d["reward"]["diff"], points=False)])
-    return _table(["episodes", "pairs", "Δ success [95% CI]", "Δ mean reward [95% CI]"], rows)
+    return table(["episodes", "pairs", "Δ success [95% CI]", "Δ mean reward [95% CI]"], rows)
 
 
 def _duration(seconds: float) -> str:
@@ -220,13 +216,13 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
                 for c in checkpoints]
         parts += [f"Held-out checkpoints during the warm start ({checkpoints[0].get('episodes', '?')} episodes each, "
                   "greedy; minutes of SFT, checkpoint plays excluded):", "",
-                  _table(["SFT step", "minutes", "valid actions", "success by stage"], rows)]
-    parts += ["Held-out success by stage (greedy; Wilson 95% CI):", "", _stage_table(reports)]
+                  table(["SFT step", "minutes", "valid actions", "success by stage"], rows)]
+    parts += ["Held-out success by stage (greedy; Wilson 95% CI):", "", _stagetable(reports)]
     if reports.get("paired_warm_start"):
         parts += ["The SFT effect, warm start − untrained, paired on identical seeds:", "",
-                  _paired_table(reports["paired_warm_start"])]
+                  _pairedtable(reports["paired_warm_start"])]
     parts += ["The GRPO effect, trained − warm start, paired on identical seeds:" if reports.get("paired_warm_start")
-              else "Trained − baseline, paired on identical seeds:", "", _paired_table(reports.get("paired"))]
+              else "Trained − baseline, paired on identical seeds:", "", _pairedtable(reports.get("paired"))]
     diag = _load(run_dir, "diagnose.json", required=False)
     if diag:
         parts += ["Where the warm start's bookings fail (`python -m cells diagnose`, the warm-start eval's "
@@ -240,14 +236,14 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
         minutes = ((reports.get("control") or {}).get("control") or {}).get("grpo_seconds", 0.0) / 60
         parts += [f"SFT-only control (`python -m cells control`): the warm start trained {minutes:.1f} more minutes "
                   "(GRPO's time) on fresh expert conversations instead. Control − warm start:", "",
-                  _paired_table(reports.get("paired_control")), "GRPO − control:", "",
-                  _paired_table(reports["paired_grpo_vs_control"])]
+                  _pairedtable(reports.get("paired_control")), "GRPO − control:", "",
+                  _pairedtable(reports["paired_grpo_vs_control"])]
     else:
         parts += ["SFT-only control: not run for this run directory (`python -m cells control --run-dir ...`).", ""]
     if zero_var:
         parts += ["Zero-variance GRPO groups (all G episodes earned the same reward): "
                   + ", ".join(f"stage {s} {_pct(v)}" for s, v in zero_var.items()) + ".", ""]
-    parts += ["Issue 10's targets (set for cpu-learn):", "", _table(["target", "goal", "measured", ""],
+    parts += ["Issue 10's targets (set for cpu-learn):", "", table(["target", "goal", "measured", ""],
                                                 [t.row() for t in targets(reports, zero_var)])]
     if plot_path is not None:
         rel = plot_path.relative_to(readme_dir) if readme_dir and plot_path.is_relative_to(readme_dir) else plot_path

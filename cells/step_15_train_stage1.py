@@ -184,17 +184,11 @@ class HeldOutCheckpoints:
         """Play the held-out cases at SFT `step`, `seconds` of training (checkpoint plays excluded) in."""
         import time
 
-        from cells.evaluation.runner import eval_plan, make_spec, run_model
-        from cells.training.warm_start import summarize_eval
-
         t0 = time.perf_counter()
-        cases = eval_plan(max(1, self.ctx.profile.warm_start_eval_per_cell))
         was_training = model.training
         model.eval()
-        records = run_model("warm_start", model, self.ctx.tokenizer, cases,
-                            make_spec(self.ctx.profile, cases, sampled_trials=0), greedy=True, trial=0)
+        summary = play_held_out(self.ctx, model, max(1, self.ctx.profile.warm_start_eval_per_cell))
         model.train(was_training)
-        summary = summarize_eval(records)
         self.rows.append({"step": step, "seconds": round(seconds, 1), **summary.to_dict()})
         print(f"[warm start] step {step} ({seconds / 60:.1f} min of SFT): {summary.line()}")
         self.eval_seconds += time.perf_counter() - t0
@@ -266,21 +260,26 @@ def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResul
     return result
 
 
+def play_held_out(ctx: Context, model: Any, per_cell: int) -> WarmStartEval:
+    """Greedy play of `model` on `eval_plan(per_cell)` with the profile's generation knobs, summarised."""
+    from cells.evaluation.runner import eval_plan, make_spec, run_model
+    from cells.training.warm_start import summarize_eval
+
+    cases = eval_plan(per_cell)
+    spec = make_spec(ctx.profile, cases, sampled_trials=0)
+    return summarize_eval(run_model("warm_start", model, ctx.tokenizer, cases, spec, greedy=True, trial=0))
+
+
 def evaluate_warm_start(ctx: Context) -> WarmStartEval | None:
     """Greedy held-out play of the warm-started model (`profile.warm_start_eval_per_cell` seeds per cell).
 
     Uses the evaluation runner and the profile's generation knobs; stores the summary in
     `ctx.trainer_state["warm_start_eval"]` and prints the valid-action share. None when disabled (0).
     """
-    from cells.evaluation.runner import eval_plan, make_spec, run_model
-    from cells.training.warm_start import summarize_eval
-
     per_cell = ctx.profile.warm_start_eval_per_cell
     if per_cell <= 0 or ctx.model is None:
         return None
-    cases = eval_plan(per_cell)
-    spec = make_spec(ctx.profile, cases, sampled_trials=0)
-    summary = summarize_eval(run_model("warm_start", ctx.model, ctx.tokenizer, cases, spec, greedy=True, trial=0))
+    summary = play_held_out(ctx, ctx.model, per_cell)
     ctx.trainer_state["warm_start_eval"] = summary
     print(summary.line())
     return summary

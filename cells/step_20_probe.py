@@ -66,9 +66,9 @@ def summarise(name: str, played: list[tuple[Any, Any]], known: frozenset[str]) -
     episodes_with: Counter[str] = Counter()  # episodes with at least one offence of the code
     examples: dict[str, Any] = {}
     for episode, rewards in played:
-        codes = [str(o.get("code")) for o in rewards.breakdown.get("penalty", {}).get("offences", [])]
-        episodes_with.update(set(codes))
-        for offence in rewards.breakdown.get("penalty", {}).get("offences", []):
+        offences = rewards.breakdown.get("penalty", {}).get("offences", [])
+        episodes_with.update({str(o.get("code")) for o in offences})
+        for offence in offences:
             code = str(offence.get("code"))
             counts[code] += 1
             examples.setdefault(code, {"episode_id": episode.episode_id, "turn": offence.get("turn"),
