@@ -110,6 +110,11 @@ class Profile:
     # plays the role a pretrained Gemma plays on GPU: saved as the base, KL reference for GRPO, and GRPO
     # trains a fresh LoRA on top. False (GPU profiles): the warm start trains the LoRA on the pretrained model.
     warm_start_full: bool = False
+    # Full warm starts only: steps of the synthetic copy task (`cells.training.induction`) run before SFT so a
+    # never-pretrained model learns to copy ids out of tool results; it stops early once its loss is below
+    # copy_pretrain_stop_loss. 0 = off (a pretrained Gemma copies already).
+    copy_pretrain_max_steps: int = 0
+    copy_pretrain_stop_loss: float = 0.5
     sft_episodes: int = 16  # fresh expert episodes (each seen sft_epochs times); split evenly over sft_stages
     sft_epochs: int = 1
     sft_learning_rate: float = 1e-4
@@ -163,6 +168,14 @@ class Profile:
                 f"profile {self.name!r}: warm_start_full trains every weight of the local tiny model; a Hub model "
                 f"({self.model_id}) is already pretrained and trains a LoRA. Set warm_start_full=False or model_id=None"
             )
+        if self.copy_pretrain_max_steps < 0 or self.copy_pretrain_stop_loss <= 0:
+            raise ProfileError(f"profile {self.name!r}: copy_pretrain_max_steps must be >= 0 and copy_pretrain_stop_loss "
+                               f"> 0 (got {self.copy_pretrain_max_steps}, {self.copy_pretrain_stop_loss})")
+        if self.copy_pretrain_max_steps and not self.warm_start_full:
+            raise ProfileError(
+                f"profile {self.name!r}: copy pretraining trains every weight before a full warm start; with "
+                "warm_start_full=False it would overwrite a pretrained model. Set copy_pretrain_max_steps=0"
+            )
         if self.warm_start_full and self.lora_modules_to_save:
             raise ProfileError(
                 f"profile {self.name!r}: with warm_start_full the embeddings are trained in the warm start; "
@@ -203,6 +216,7 @@ PROFILES: dict[str, Profile] = {
         sft_lr_scheduler="cosine",
         sft_warmup_ratio=0.1,
         sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
+        copy_pretrain_max_steps=25,  # wiring only (one logged loss); cpu-learn runs it until the model copies
     ),
     # Meant to show learning on the real env in <= 60 min on 2 CPU cores: a small model trained with all
     # weights on a stream of fresh expert episodes, then GRPO (a LoRA) on top of it.
@@ -225,10 +239,12 @@ PROFILES: dict[str, Profile] = {
         num_generations=8,
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
         adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
-        # Each seen once: 18.9M tokens (~790 per episode), 19 min at the 16,650 training tokens/s measured in the
-        # README's cpu-learn run (45 min end to end). That run still ended at 0% held-out success: its held-out
-        # checkpoints (valid actions 73% -> 90%, flat after 8 min) and `python -m cells diagnose` say more of the
-        # same data will not fix it; see the README.
+        # The copy task before SFT: measured 1,725 steps (146 s) to the stop loss on this model; the cap bounds a
+        # seed whose phase change comes late (~0.1 s a step). Without it, 24,000 episodes of SFT alone left 0 of
+        # 153 booking calls carrying the issued payment token (`python -m cells diagnose`).
+        copy_pretrain_max_steps=4_000,
+        # Each seen once: 18.9M tokens (~790 per episode), 19 min at the 16,650 training tokens/s measured in an
+        # earlier cpu-learn run (45 min end to end, 0% held-out success without copy pretraining).
         sft_episodes=24_000,
         sft_learning_rate=3e-3,
         sft_batch_size=8,

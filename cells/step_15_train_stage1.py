@@ -7,6 +7,9 @@
    CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
    is the warm-started model); GPU profiles train the LoRA and save `training/warm_start/adapter`.
+   Before that SFT, `profile.copy_pretrain_max_steps` > 0 (cpu-learn) first trains the tiny model on a
+   synthetic copy task until it copies (`cells.training.induction`: a never-pretrained model cannot copy the
+   payment token or ids out of tool results; SFT alone did not teach it).
    A rerun with the saved warm start present loads it instead of training again. With
    `profile.warm_start_checkpoints` = k > 0 the model also plays the warm-start eval's held-out seeds greedily
    at k evenly spaced SFT steps (`HeldOutCheckpoints`: how success grows with training). Then the warm-started model plays
@@ -221,6 +224,8 @@ def save_warm_start_summary(ctx: Context, result: WarmStartResult, summary: Warm
     if result.steps > 0:
         data["training"] = result.to_dict()
         data["checkpoints"] = ctx.trainer_state.get("warm_start_checkpoints", [])
+        copied = ctx.trainer_state.get("copy_pretrain")
+        data["copy_pretrain"] = copied.to_dict() if copied is not None else None
     if summary is not None:
         data["eval"] = summary.to_dict()
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -255,9 +260,24 @@ def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResul
         result = WarmStartResult(model_dir, 0, 0, 0, 0, (), full_model=True)
     else:
         base.requires_grad_(True)
+        copy_pretrain_first(ctx, base, out)
         result = _train(ctx, base, out)
     ctx.model = attach_adapter(base, ctx.profile)  # adapter off = the warm-started model = GRPO's KL reference
     return result
+
+
+def copy_pretrain_first(ctx: Context, base: Any, out: Path) -> None:
+    """`profile.copy_pretrain_max_steps` of the copy task on `base` before SFT (see `cells.training.induction`);
+    its result goes to `ctx.trainer_state["copy_pretrain"]` and `warm_start.json`. No-op at 0."""
+    p = ctx.profile
+    if p.copy_pretrain_max_steps <= 0:
+        return
+    from cells.training.induction import copy_pretrain
+
+    result = copy_pretrain(base, ctx.tokenizer, out / "copy_pretrain", max_steps=p.copy_pretrain_max_steps,
+                           stop_loss=p.copy_pretrain_stop_loss, seed=p.seed, use_cpu=p.is_cpu)
+    ctx.trainer_state["copy_pretrain"] = result
+    print(result.line())
 
 
 def play_held_out(ctx: Context, model: Any, per_cell: int) -> WarmStartEval:

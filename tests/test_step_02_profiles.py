@@ -37,6 +37,9 @@ def test_unknown_profile_lists_valid_names():
     ({"precision": "int3"}, "precision"),
     ({"model_id": None, "tiny": None}, "model_id"),
     ({"max_episode_tokens": 10, "max_new_tokens_per_turn": 64}, "max_episode_tokens"),
+    ({"copy_pretrain_max_steps": -1}, "copy_pretrain_max_steps must be >= 0"),
+    ({"copy_pretrain_max_steps": 10, "warm_start_full": True, "copy_pretrain_stop_loss": 0.0}, "stop_loss"),
+    ({"copy_pretrain_max_steps": 10}, "overwrite a pretrained model"),
 ])
 def test_post_init_rejects_inconsistent_knobs(change, fragment):
     with pytest.raises(ProfileError, match=fragment):

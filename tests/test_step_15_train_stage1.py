@@ -460,3 +460,54 @@ def test_held_out_checkpoints_play_at_even_steps_and_land_in_warm_start_json(tmp
     reused = dataclasses.replace(result, steps=0, examples=0)  # a rerun that reloads the model keeps the record
     save_warm_start_summary(ctx, reused, None)
     assert json.loads(path.read_text())["training"]["steps"] == 10
+
+
+# ---------------------------------------------------------------- copy pretraining (cells.training.induction)
+
+
+def test_copy_examples_repeat_a_seeded_string_and_label_only_the_predictable_repeat():
+    from cells.training.induction import IGNORE_INDEX as COPY_IGNORE
+    from cells.training.induction import SEQUENCE_TOKENS, copy_dataset
+
+    first = [ex for ex, _ in zip(copy_dataset(10, 300, seed=7), range(20), strict=False)]
+    again = [ex for ex, _ in zip(copy_dataset(10, 300, seed=7), range(20), strict=False)]
+    other = next(iter(copy_dataset(10, 300, seed=8)))
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first[0]["input_ids"], other["input_ids"])
+    for ex in first:
+        ids, labels = ex["input_ids"], ex["labels"]
+        assert ids.shape == labels.shape == (SEQUENCE_TOKENS,)
+        assert int(ids.min()) >= 10 and int(ids.max()) < 300
+        n = int((labels != COPY_IGNORE).sum()) + 1  # the string's length: its first repeated token is unlabelled
+        assert torch.equal(ids[:n], ids[-n:])  # the string comes back at the end
+        assert torch.equal(labels[-(n - 1):], ids[-(n - 1):]) and bool((labels[:-(n - 1)] == COPY_IGNORE).all())
+
+
+def test_copy_pretraining_trains_every_weight_and_stops_at_the_stop_loss(tmp_path):
+    from cells.training.induction import LOGGING_STEPS, CopyPretrainError, copy_pretrain
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, lora=False)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    capped = copy_pretrain(model, tok, tmp_path / "a", max_steps=30, stop_loss=1e-6, progress=False)
+    assert capped.steps == 30 and not capped.converged and len(capped.losses) == 30 // LOGGING_STEPS
+    moved = {k for k, v in model.state_dict().items() if not torch.equal(v, initial[k])}
+    assert moved == set(initial)
+    stopped = copy_pretrain(model, tok, tmp_path / "b", max_steps=500, stop_loss=1e3, progress=False)
+    assert stopped.converged and stopped.steps == LOGGING_STEPS  # the first logged loss is below 1000: stop there
+    assert stopped.to_dict()["steps"] == LOGGING_STEPS and "copies" in stopped.line()
+    with pytest.raises(CopyPretrainError, match="copy_pretrain_max_steps=0"):
+        copy_pretrain(model, tok, tmp_path / "c", max_steps=0)
+
+
+def test_full_warm_start_copy_pretrains_first_and_records_it(tmp_path, monkeypatch, capsys):
+    from cells.step_15_train_stage1 import save_warm_start_summary, warm_start
+
+    ctx = _full_ctx(tmp_path, monkeypatch)
+    ctx.profile = dataclasses.replace(ctx.profile, copy_pretrain_max_steps=25, copy_pretrain_stop_loss=1e-6)
+    result = warm_start(ctx)
+    copied = ctx.trainer_state["copy_pretrain"]
+    assert copied.steps == 25 and not copied.converged and result.steps == 2
+    assert "[copy pretraining] 25 steps" in capsys.readouterr().out
+    saved = json.loads(save_warm_start_summary(ctx, result, None).read_text())
+    assert saved["copy_pretrain"]["steps"] == 25 and saved["training"]["steps"] == 2

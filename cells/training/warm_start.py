@@ -233,17 +233,18 @@ def labelled_positions_loss(model: Any, input_ids: Any, labels: Any, attention_m
     return torch.nn.functional.cross_entropy(logits, targets[keep])
 
 
-def _labelled_positions_trainer_cls() -> type:
-    """`SFTTrainer` whose loss projects only labelled positions (see the module docstring for the measurement)."""
-    from trl import SFTTrainer
+def labelled_positions_trainer_cls(base: type | None = None) -> type:
+    """`base` (default TRL's `SFTTrainer`; copy pretraining passes `transformers.Trainer`) whose loss projects
+    only labelled positions (see the module docstring for the measurement)."""
+    if base is None:
+        from trl import SFTTrainer as base
 
-    class LabelledPositionsSFTTrainer(SFTTrainer):
-        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
-                         num_items_in_batch: Any = None) -> Any:
-            loss = labelled_positions_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
-            return (loss, None) if return_outputs else loss
+    def compute_loss(self: Any, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        loss = labelled_positions_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
+        return (loss, None) if return_outputs else loss
 
-    return LabelledPositionsSFTTrainer
+    return type(f"LabelledPositions{base.__name__}", (base,), {"compute_loss": compute_loss})
 
 
 def sft_warm_start(
@@ -307,7 +308,7 @@ def sft_warm_start(
         kwargs["gradient_checkpointing"] = False
     kwargs.update(overrides)
     collator = collator if collator is not None else RightPadCollator(tokenizer.pad_token_id)
-    trainer_cls = _labelled_positions_trainer_cls() if labelled_loss else SFTTrainer
+    trainer_cls = labelled_positions_trainer_cls() if labelled_loss else SFTTrainer
     trainer = trainer_cls(model=model, args=SFTConfig(**kwargs), train_dataset=dataset, processing_class=tokenizer,
                          data_collator=collator, callbacks=list(callbacks) or None)
     t0 = time.perf_counter()
