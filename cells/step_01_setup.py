@@ -99,6 +99,16 @@ def default_profile_name(info: RuntimeInfo) -> str:
     return "colab-t4"
 
 
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (`getrusage`; 0.0 where the platform has none).
+    The pipeline records it after every step (`memory.json`), evaluations in their `generation` block."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's, numpy's and torch's global RNGs (for library code that uses them).
 

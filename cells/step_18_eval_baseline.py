@@ -54,11 +54,16 @@ def evaluate_references(ctx: Context, spec: Any) -> dict[str, Any]:
 
 
 def evaluate_model(ctx: Context, spec: Any, name: str, model: Any = None) -> tuple[dict[str, Any], list[Any]]:
-    """Report and greedy records for `model` (default `ctx.model`) under the spec."""
-    from cells.evaluation.runner import evaluate, report_for
+    """Report and greedy records for `model` (default `ctx.model`) under the spec; the report's `generation`
+    block says how many tokens the model generated, how fast, and the process's peak memory."""
+    from cells.evaluation.runner import GenerationMeter, evaluate, report_for
 
-    greedy, sampled = evaluate(name, spec, model=ctx.model if model is None else model, tokenizer=ctx.tokenizer)
-    return report_for(greedy, sampled, ctx.profile), greedy
+    meter = GenerationMeter()
+    greedy, sampled = evaluate(name, spec, model=ctx.model if model is None else model, tokenizer=ctx.tokenizer,
+                               on_batch=meter)
+    report = report_for(greedy, sampled, ctx.profile)
+    report["generation"] = meter.to_dict()
+    return report, greedy
 
 
 def untrained_base(ctx: Context) -> Any:
@@ -106,5 +111,7 @@ def run(ctx: Context) -> Context:
     for name in ("untrained", "baseline"):
         if name in ctx.reports:
             block = ctx.reports[name]["policies"][name]
-            print(f"[eval] {name}: success={block['success']['value']:.3f} parse_fail={block['parse_failures']}")
+            gen = ctx.reports[name]["generation"]
+            print(f"[eval] {name}: success={block['success']['value']:.3f} parse_fail={block['parse_failures']}; "
+                  f"{gen['generated_tokens']:,} tokens generated at {gen['tokens_per_s']} tokens/s")
     return ctx

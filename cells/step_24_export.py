@@ -101,10 +101,13 @@ def _write_sidecar(out_dir: Path, meta: dict[str, Any]) -> None:
 
 
 def load_export(export_dir: Path | str) -> tuple[Any, Any]:
-    """(model, tokenizer) from an export: the base (exported copy or Hub id) with the adapter on top."""
+    """(model, tokenizer) from an export: the base (exported copy, or the profile's model: a Hub id, directory,
+    .gguf file or packaged model, `cells.modeling.sources`) with the adapter on top."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cells.modeling.sources import load_tokenizer_and_model, resolve_model_source
 
     export_dir = Path(export_dir)
     sidecar = export_dir / SIDECAR
@@ -113,8 +116,11 @@ def load_export(export_dir: Path | str) -> tuple[Any, Any]:
     meta = json.loads(sidecar.read_text(encoding="utf-8"))
     tokenizer = AutoTokenizer.from_pretrained(str(export_dir / meta["tokenizer"]))
     local = export_dir / meta["base_model"]
-    base_ref = str(local) if local.is_dir() else meta["base_model"]
-    base = AutoModelForCausalLM.from_pretrained(base_ref, dtype=torch.float32 if local.is_dir() else "auto")
+    if local.is_dir():
+        base = AutoModelForCausalLM.from_pretrained(str(local), dtype=torch.float32)
+    else:
+        source = resolve_model_source(meta["base_model"])
+        _, base = load_tokenizer_and_model(source, {"dtype": torch.float32 if source.local else "auto"})
     model = PeftModel.from_pretrained(base, str(export_dir / meta["adapter"]))
     model.eval()
     return model, tokenizer

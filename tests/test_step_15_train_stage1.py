@@ -281,7 +281,7 @@ def test_trained_embeddings_stay_tied_and_inside_the_adapter(tmp_path):
     base = tiny_model(tok, lora=False)
     before = base.get_input_embeddings().weight.detach().clone()
     profile = dataclasses.replace(get_profile("cpu-smoke"), lora_targets=("q_proj", "v_proj"), warm_start_full=False,
-                                  lora_modules_to_save=("embed_tokens",))  # the LoRA-only warm start (pre issue 10)
+                                  copy_pretrain_max_steps=0, lora_modules_to_save=("embed_tokens",))  # the LoRA-only warm start (pre issue 10)
     model = get_peft_model(base, lora_config(profile))
     result = sft_warm_start(model, tok, [CONV] * 4, tmp_path, learning_rate=1e-2, epochs=2, batch_size=2,
                             disable_tqdm=True)

@@ -41,7 +41,7 @@ def _context(tmp_path):
     ctx = make_context("cpu-smoke", tmp_path / "run")
     ctx.profile = dataclasses.replace(ctx.profile, steps_per_stage=(2, 1, 1), sft_episodes=4,
                                       sft_learning_rate=3e-3, sft_epochs=1, sft_batch_size=4, sft_stages=(1,),
-                                      warm_start_full=False,  # this test pins the LoRA warm start (GPU path)
+                                      warm_start_full=False, copy_pretrain_max_steps=0,  # this test pins the LoRA warm start (GPU path)
                                       warm_start_eval_per_cell=0)
     ctx.tokenizer = tiny_tokenizer()
     ctx.model = tiny_model(ctx.tokenizer)

@@ -103,9 +103,10 @@ def run_scripted(name: str, policy_factory: Callable[[], Any], cases: Sequence[E
 
 
 def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], spec: EvalSpec, *,
-              greedy: bool, trial: int, batch_size: int = 64, bar: Any = None) -> list[EvalRecord]:
+              greedy: bool, trial: int, batch_size: int = 64, bar: Any = None,
+              on_batch: Callable[[Any], None] | None = None) -> list[EvalRecord]:
     """Play each case with the model through the batched rollout driver (same prompts as training);
-    `bar` (a progress bar) advances by each finished batch."""
+    `bar` (a progress bar) advances by each finished batch; `on_batch` gets each batch's `RolloutResult`."""
     from cells.agent.rollout import rollout_batch
     from cells.step_08_rewards import rewards_of
 
@@ -118,14 +119,18 @@ def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], 
             temperature=spec.sampled_temperature, greedy=greedy,
         )
         records.extend(record_from_episode(name, trial, ep, rewards_of(ep)) for ep in result.episodes)
+        if on_batch is not None:
+            on_batch(result)
         if bar is not None:
             bar.update(len(chunk))
     return records
 
 
 def evaluate(name: str, spec: EvalSpec, *, policy_factory: Callable[[], Any] | None = None,
-             model: Any = None, tokenizer: Any = None) -> tuple[list[EvalRecord], list[EvalRecord]]:
-    """(greedy records, sampled-trial records) for one policy or model over the spec's cases."""
+             model: Any = None, tokenizer: Any = None,
+             on_batch: Callable[[Any], None] | None = None) -> tuple[list[EvalRecord], list[EvalRecord]]:
+    """(greedy records, sampled-trial records) for one policy or model over the spec's cases; a model's
+    rollout batches also go to `on_batch` (e.g. `GenerationMeter`)."""
     if (policy_factory is None) == (model is None):
         raise ValueError("evaluate() takes exactly one of policy_factory= or model=")
     if policy_factory is not None:
@@ -136,11 +141,34 @@ def evaluate(name: str, spec: EvalSpec, *, policy_factory: Callable[[], Any] | N
     from cells.progress import progress_bar
 
     with progress_bar(len(spec.cases) * (1 + spec.sampled_trials), f"eval {name}") as bar:
-        greedy = run_model(name, model, tokenizer, spec.cases, spec, greedy=True, trial=0, bar=bar)
+        greedy = run_model(name, model, tokenizer, spec.cases, spec, greedy=True, trial=0, bar=bar, on_batch=on_batch)
         sampled: list[EvalRecord] = []
         for t in range(spec.sampled_trials):
-            sampled.extend(run_model(name, model, tokenizer, spec.cases, spec, greedy=False, trial=t, bar=bar))
+            sampled.extend(run_model(name, model, tokenizer, spec.cases, spec, greedy=False, trial=t, bar=bar,
+                                     on_batch=on_batch))
     return greedy, sampled
+
+
+class GenerationMeter:
+    """An `on_batch` sink: generated tokens and generation seconds over an evaluation's rollout batches."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.seconds = 0.0
+        self.episodes = 0
+
+    def __call__(self, result: Any) -> None:
+        self.tokens += int(result.generated_tokens)
+        self.seconds += float(result.seconds)
+        self.episodes += len(result.episodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """For a report's `generation` block: what was generated, how fast, and the process's peak memory."""
+        from cells.step_01_setup import peak_memory_mb
+
+        return {"episodes": self.episodes, "generated_tokens": self.tokens, "seconds": round(self.seconds, 2),
+                "tokens_per_s": round(self.tokens / self.seconds, 2) if self.seconds > 0 else None,
+                "peak_memory_mb": round(peak_memory_mb(), 1)}
 
 
 def report_for(greedy: Sequence[EvalRecord], sampled: Sequence[EvalRecord], profile: Any) -> dict[str, Any]:
