@@ -142,11 +142,14 @@ def load_reports(run_dir: Path) -> dict[str, Any]:
     return {k: v for k, v in reports.items() if v is not None}
 
 
-def _stagetable(reports: Mapping[str, Any]) -> str:
+def _stagetable(reports: Mapping[str, Any], full_warm_start: bool) -> str:
+    """Success per stage for each evaluated model. Step 18's `baseline` is the adapter-off model: the warm-started
+    base where the warm start trains every weight, else the pretrained model before any training."""
     columns = [("untrained", "untrained"), ("baseline", "baseline"), ("final", "trained"),
                ("control", "sft_control"), ("reference", "expert")]
     present = [(k, p) for k, p in columns if _success(reports.get(k), p) is not None]
-    names = {"untrained": "untrained", "baseline": "after warm start", "final": "after GRPO",
+    names = {"untrained": "untrained", "baseline": "after warm start" if full_warm_start else "pretrained (adapter off)",
+             "final": "after warm start + GRPO" if not full_warm_start else "after GRPO",
              "control": "SFT-only control", "reference": "expert"}
     rows = []
     for stage in ("1", "2", "3", None):
@@ -185,6 +188,21 @@ def _minutes(timings: Mapping[str, float] | None) -> str:
     return f"{sum(timings.values()) / 60:.1f} min in all ({'; '.join(parts)} min)"
 
 
+def _generation_lines(reports: Mapping[str, Any], memory: Mapping[str, float] | None) -> list[str]:
+    """Generation speed of each evaluated model (its report's `generation` block) and the run's peak memory."""
+    rows = [[name, f"{g['episodes']}", f"{g['generated_tokens']:,}", f"{g['seconds']:.0f}",
+             f"{g['tokens_per_s']:.1f}" if g.get("tokens_per_s") else "-"]
+            for name, key in (("untrained", "untrained"), ("baseline (adapter off)", "baseline"), ("trained", "final"))
+            if (g := (reports.get(key) or {}).get("generation"))]
+    lines = []
+    if rows:
+        lines += ["Held-out evaluation, generation (greedy, batched):", "",
+                  table(["model", "episodes", "generated tokens", "seconds", "tokens/s"], rows)]
+    if memory:
+        lines += [f"Peak resident memory of the run: {max(memory.values()):,.0f} MiB (`memory.json`, per step).", ""]
+    return lines
+
+
 def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Path | None = None) -> str:
     """The README results section (markers included) for the finished run in `run_dir`."""
     run_dir = Path(run_dir)
@@ -204,6 +222,12 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
         parts += [f"Warm start: {training['examples']:,} fresh expert conversations, {training['tokens']:,} tokens "
                   f"({training['trained_tokens']:,} trained), {training['steps']:,} optimiser steps in "
                   f"{_duration(training['seconds'])} ({training['tokens_per_s']:,.0f} training tokens/s).", ""]
+    copied = warm.get("copy_pretrain")
+    if copied:
+        reached = "reached" if copied["converged"] else "did NOT reach"
+        parts += [f"Copy pretraining before the warm start (`cells.training.induction`): {copied['steps']:,} steps in "
+                  f"{_duration(copied['seconds'])}, final loss {copied['final_loss']:.3f} ({reached} the stop loss "
+                  f"{profile.get('copy_pretrain_stop_loss')}).", ""]
     final = warm.get("eval")
     if final:
         by_stage = ", ".join(f"stage {st} {_pct(v['success_rate'])}" for st, v in (final.get("success_by_stage") or {}).items())
@@ -217,7 +241,8 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
         parts += [f"Held-out checkpoints during the warm start ({checkpoints[0].get('episodes', '?')} episodes each, "
                   "greedy; minutes of SFT, checkpoint plays excluded):", "",
                   table(["SFT step", "minutes", "valid actions", "success by stage"], rows)]
-    parts += ["Held-out success by stage (greedy; Wilson 95% CI):", "", _stagetable(reports)]
+    parts += ["Held-out success by stage (greedy; Wilson 95% CI):", "",
+              _stagetable(reports, bool(profile.get("warm_start_full")))]
     if reports.get("paired_warm_start"):
         parts += ["The SFT effect, warm start − untrained, paired on identical seeds:", "",
                   _pairedtable(reports["paired_warm_start"])]
@@ -243,8 +268,10 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     if zero_var:
         parts += ["Zero-variance GRPO groups (all G episodes earned the same reward): "
                   + ", ".join(f"stage {s} {_pct(v)}" for s, v in zero_var.items()) + ".", ""]
-    parts += ["Issue 10's targets (set for cpu-learn):", "", table(["target", "goal", "measured", ""],
-                                                [t.row() for t in targets(reports, zero_var)])]
+    parts += _generation_lines(reports, _load(run_dir, "memory.json", required=False))
+    if profile.get("warm_start_full"):
+        parts += ["Issue 10's targets (set for cpu-learn):", "", table(["target", "goal", "measured", ""],
+                                                    [t.row() for t in targets(reports, zero_var)])]
     if plot_path is not None:
         rel = plot_path.relative_to(readme_dir) if readme_dir and plot_path.is_relative_to(readme_dir) else plot_path
         parts += [f"![held-out success by stage]({Path(rel).as_posix()})", ""]

@@ -29,10 +29,13 @@ def _fake_run(tmp_path, *, with_probe_share: float = 0.0):
     save_report_json(compare_reports(untrained, warm, **kw), run / "eval_paired_warm_start.json")
     probe = {"policies": {"trained": {"offence_episode_share": {"repeated_call": with_probe_share}}}}
     (run / "probe.json").write_text(json.dumps(probe))
-    (run / "profile.json").write_text(json.dumps({"name": "cpu-learn", "seed": 1234}))
+    (run / "profile.json").write_text(json.dumps({"name": "cpu-learn", "seed": 1234, "warm_start_full": True,
+                                                  "copy_pretrain_stop_loss": 0.5}))
+    (run / "memory.json").write_text(json.dumps({"step_12_model": 900.0, "step_15_train_stage1": 1234.5}))
     (run / "timings.json").write_text(json.dumps({"step_15_train_stage1": 600.0, "step_16_train_stage2": 300.0}))
     warm_json = {"training": {"examples": 100, "tokens": 70000, "trained_tokens": 9000, "steps": 13,
                               "seconds": 6.0, "tokens_per_s": 11666.7},
+                 "copy_pretrain": {"steps": 1725, "seconds": 134.0, "final_loss": 0.38, "converged": True},
                  "checkpoints": [{"step": 5, "seconds": 2.0, "valid_share": 0.5,
                                   "success_by_stage": {"1": {"success_rate": 0.25, "episodes": 5}}}]}
     (run / "training" / "warm_start" / "warm_start.json").write_text(json.dumps(warm_json))
@@ -57,6 +60,9 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
     assert "stage 2 37.5%" in text and "stage 3 0.0%" in text  # zero-variance means per stage from metrics.csv
     assert "15.0 min in all" in text and "100 fresh expert conversations" in text
     assert "The SFT effect" in text and "The GRPO effect" in text
+    assert "Copy pretraining before the warm start" in text and "1,725 steps" in text and "reached the stop" in text
+    assert "Peak resident memory of the run: 1,234 MiB" in text  # the largest step's peak (1,234.5 rounds down)
+    assert "Issue 10's targets" in text and "after warm start" in text
 
 
 def test_targets_say_met_or_not_from_measurements(tmp_path):
@@ -140,3 +146,16 @@ def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, cap
     assert main(["control", "--run-dir", str(run)]) == 2
     assert main(["diagnose", "--run-dir", str(run)]) == 2
     assert "no full warm start" in capsys.readouterr().err
+
+
+def test_a_pretrained_model_run_labels_its_baseline_and_reports_generation_speed(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    (run / "profile.json").write_text(json.dumps({"name": "cpu-gemma", "seed": 1234, "warm_start_full": False}))
+    baseline = json.loads((run / "eval_baseline.json").read_text())
+    baseline["generation"] = {"episodes": 15, "generated_tokens": 2880, "seconds": 240.0, "tokens_per_s": 12.0,
+                              "peak_memory_mb": 3100.0}
+    (run / "eval_baseline.json").write_text(json.dumps(baseline))
+    text = results.results_section(run)
+    assert "pretrained (adapter off)" in text and "after warm start + GRPO" in text
+    assert "| baseline (adapter off) | 15 | 2,880 | 240 | 12.0 |" in text
+    assert "Issue 10's targets" not in text  # set for the tiny CPU profiles only
