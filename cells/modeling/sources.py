@@ -119,7 +119,8 @@ def load_tokenizer_and_model(source: ModelSource, model_kwargs: dict[str, Any]) 
                                "it (`pip install gguf`)")
     print(f"[model] dequantising {source.describe()} (once; cached in {cached})")
     tokenizer = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, **model_kwargs)
+    model = forget_gguf_quantizer(
+        AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, **model_kwargs))
     ensure_chat_template(tokenizer)
     # Saved under a private name, then renamed: a crash mid-save, or another process saving the same model at the
     # same time (test workers), never leaves a half-written cache that a later load would trust.
@@ -131,6 +132,19 @@ def load_tokenizer_and_model(source: ModelSource, model_kwargs: dict[str, Any]) 
     except OSError:  # another process finished first: keep its copy
         shutil.rmtree(tmp, ignore_errors=True)
     return tokenizer, model
+
+
+def forget_gguf_quantizer(model: Any) -> Any:
+    """transformers dequantises a GGUF to plain tensors but keeps its `GgufHfQuantizer` on the model, which then
+    refuses `save_pretrained` ("quantized with gguf and is not serializable") and reads as a quantized model to
+    peft and the trainers. Nothing quantized is left: drop the marks, so the first load and every cached load
+    give the same plain model."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    model.quantization_method = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
 
 
 def transformers_checkpoint(source: ModelSource) -> str:
