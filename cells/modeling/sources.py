@@ -131,6 +131,7 @@ def load_tokenizer_and_model(source: ModelSource, model_kwargs: dict[str, Any]) 
         tmp.rename(cached)
     except OSError:  # another process finished first: keep its copy
         shutil.rmtree(tmp, ignore_errors=True)
+    model.name_or_path = model.config._name_or_path = str(cached)  # what peft records as the adapter's base
     return tokenizer, model
 
 
