@@ -26,7 +26,7 @@ Why each model fits its hardware:
 - colab-a100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 is ~8.6 GB of weights; LoRA r16 ~30 M params;
   G=8 episodes of ~3k tokens fit with checkpointing in 40 GB, comfortably in 80 GB.
 - cpu-gemma (2 CPU cores): Gemma 3 270M base dequantised to fp32 is ~1.1 GB; LoRA r8 on all seven
-  projections; every phase plays or trains a handful of episodes (~15 training tokens/s).
+  projections; every phase plays or trains a handful of episodes (measured: 58 training tokens/s, 5.0 GB peak).
 - cpu-smoke / cpu-learn: ~0.6 M parameter models (hidden 64-96, 2-3 layers, vocab 4096). On 2 cores
   tokens/s buys more than parameters (issue 10's calibration: a 634k model at ~12,000 training tokens/s
   beat a 1.08M one at ~6,600 in the same 25 minutes), so the learning profile stays this small.

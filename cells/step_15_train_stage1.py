@@ -26,7 +26,7 @@ Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_
 Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"|"stage1_signal"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
-Time: cpu-smoke ~1 min; cpu-learn: warm start ~25 min (it prints its training tokens/s), GRPO stage 1
+Time: cpu-smoke ~1 min; cpu-learn: copy pretraining ~2 min + warm start ~22 min (it prints its training tokens/s), GRPO stage 1
 a few minutes; colab-t4 ~1 h (estimate).
 
 `build_stage_trainer` is the single place that wires the env, expert and trainer classes;
