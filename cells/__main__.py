@@ -67,11 +67,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cells.step_02_profiles import PROFILES
+
     parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall pipeline")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the pipeline steps").set_defaults(func=_cmd_list)
     p_run = sub.add_parser("run", help="run pipeline steps for a profile")
-    p_run.add_argument("--profile", default="cpu-smoke", help="cpu-smoke, cpu-learn, cpu-gemma, colab-t4, colab-a100")
+    p_run.add_argument("--profile", default="cpu-smoke", help=", ".join(PROFILES))
     p_run.add_argument("--model", default=None,
                        help="replace the profile's pretrained model: a Hub id, a local directory, a .gguf file or a "
                             "packaged model (cpu-gemma, colab-*)")

@@ -91,8 +91,9 @@ def test_whole_notebook_executes_on_cpu_smoke(tmp_path):
     assert (run_dir / "profile.json").is_file() and (run_dir / "report.md").is_file()
 
     # a finished bar for the warm start and for each GRPO stage (sized to the stage, not the curriculum)
-    (_, done, total), stage1 = _bars(cells[15])  # exactly two: the warm start's SFT bar, then stage 1's
-    assert done == total > 2 and stage1 == ("GRPO stage 1", 2, 2)
+    # exactly three: copy pretraining's (cpu-smoke caps it at 25 steps), the warm start's SFT bar, stage 1's
+    (_, copied, cap), (_, done, total), stage1 = _bars(cells[15])
+    assert copied == cap == 25 and done == total > 2 and stage1 == ("GRPO stage 1", 2, 2)
     assert _bars(cells[16])[-1] == ("GRPO stage 2", 2, 2) and _bars(cells[17])[-1] == ("GRPO stage 3", 2, 2)
     # the plot cell displays every figure it wrote as a PNG
     figures = int(re.search(r"\[plots\] (\d+) figures", _stdout(cells[21])).group(1))

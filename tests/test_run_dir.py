@@ -217,7 +217,7 @@ def test_cli_passes_fresh_through(monkeypatch):
 
     seen = {}
 
-    def fake_run(profile, steps=None, run_dir=None, fresh=False):
+    def fake_run(profile, steps=None, run_dir=None, fresh=False, model=None):
         seen.update(profile=profile, steps=steps, fresh=fresh)
         return Context(profile=SMOKE, run_dir=run_dir)
 
