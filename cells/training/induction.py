@@ -4,9 +4,9 @@ Why: every DriftCall booking carries strings the model must copy exactly from ea
 issued `payment_token`, a `flight_id`, a `room_id`), and copying needs induction heads, which a pretrained
 Gemma has and the CPU profiles' randomly initialised tiny model does not. Measured on the cpu-learn model
 (`python -m cells diagnose` on its run): after 24,000 expert conversations of SFT alone, 0 of 153 booking
-calls carried the token the episode issued. A few minutes of this synthetic task first (a random token
-string, random filler, the string again; loss on the repeat only) made 65 of 71 booking calls carry it after
-8,000 conversations. The loss shows the classic induction phase change: flat near ln(vocab) for ~1,400
+calls carried the token the episode issued. With this synthetic task first (a random token string, random
+filler, the string again; loss on the repeat only; 2.2 minutes), the same 24,000 conversations left 101 of 104
+booking calls carrying it, and held-out success went from 0% to 26.7% (README, cpu-learn). The loss shows the classic induction phase change: flat near ln(vocab) for ~1,400
 steps, then below 0.5 within ~200 more (batch 16, lr 3e-3), so the phase stops itself once the repeat is
 copied (`stop_loss`) instead of running a guessed number of steps.
 
@@ -132,7 +132,8 @@ def copy_pretrain(
     )
     stopper = _stop_at_loss_callback(stop_loss)
     model.requires_grad_(True)
-    trainer = labelled_positions_trainer_cls(Trainer)(model=model, args=args, train_dataset=copy_dataset(low, high, seed), callbacks=[stopper])
+    trainer = labelled_positions_trainer_cls(Trainer)(
+        model=model, args=args, train_dataset=copy_dataset(low, high, seed), callbacks=[stopper])
     t0 = time.perf_counter()
     trainer.train()
     losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
