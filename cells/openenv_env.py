@@ -75,6 +75,7 @@ class DriftCallObservationModel(Observation):
     turn: int = Field(description="turns used so far")
     budget_remaining: int = Field(description="turns left")
     goal_utterance: str | None = Field(default=None, description="the user's request (turn 0 only)")
+    now: str | None = Field(default=None, description="the caller's local time, ISO 8601 IST (turn 0 only)")
     user_message: dict[str, Any] | None = Field(default=None, description="latest simulated-user message")
     last_result: dict[str, Any] | None = Field(default=None, description="the ToolResult this turn produced")
     available_tools: list[dict[str, Any]] = Field(default_factory=list, description="tool docs as at reset")
@@ -108,7 +109,7 @@ def to_observation_model(obs: DriftCallObservation, tools: list[dict[str, Any]] 
     """The wire model of a core observation; `tools` is the already-encoded `obs.available_tools` (a
     serving env encodes the episode's constant tool docs once, not on every step)."""
     return DriftCallObservationModel.model_construct(  # fields come from a validated frozen core observation
-        turn=obs.turn, budget_remaining=obs.budget_remaining, goal_utterance=obs.goal_utterance,
+        turn=obs.turn, budget_remaining=obs.budget_remaining, goal_utterance=obs.goal_utterance, now=obs.now,
         user_message=None if obs.user_message is None else obs.user_message.to_dict(),
         last_result=None if obs.last_result is None else obs.last_result.to_dict(),
         available_tools=[t.to_dict() for t in obs.available_tools] if tools is None else tools,

@@ -122,6 +122,10 @@ class Profile:
     copy_pretrain_stop_loss: float = 0.5
     sft_episodes: int = 16  # fresh expert episodes (each seen sft_epochs times); split evenly over sft_stages
     sft_epochs: int = 1  # passes over those episodes
+    # Extra short examples per expert conversation: a further fresh episode cut after its search call behind a
+    # system prompt of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often
+    # per second of training. 0 = off.
+    sft_search_drills: float = 0.0
     sft_learning_rate: float = 1e-4  # warm-start learning rate
     sft_batch_size: int = 0  # conversations per SFT optimiser step; 0 = num_generations (the original behaviour)
     sft_lr_scheduler: str = "constant"  # transformers scheduler name; full warm starts decay (cosine)
@@ -182,6 +186,9 @@ class Profile:
                 f"profile {self.name!r}: copy pretraining trains every weight before a full warm start; with "
                 "warm_start_full=False it would overwrite a pretrained model. Set copy_pretrain_max_steps=0"
             )
+        if self.sft_search_drills < 0:
+            raise ProfileError(f"profile {self.name!r}: sft_search_drills must be >= 0 (drills per expert "
+                               f"conversation), got {self.sft_search_drills}")
         if self.warm_start_full and self.lora_modules_to_save:
             raise ProfileError(
                 f"profile {self.name!r}: with warm_start_full the embeddings are trained in the warm start; "

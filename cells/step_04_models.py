@@ -489,6 +489,7 @@ class DriftCallObservation(JsonModel):
     parse_error: str | None = None
     done: bool = False
     reward: float | None = None
+    now: str | None = None  # turn 0 only: the caller's local time (ISO 8601, IST); "25 May" needs the year
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ class DriftCallEnv:
             seed=seed, goal=goal, world=world, schedule=schedule, tools=tools, max_turns=self.max_turns,
         )
         self._live.user_messages.append(UserMessage(0, goal.seed_utterance, goal.language, kind="goal"))
-        return self._observation(goal_utterance=goal.seed_utterance)
+        return self._observation(goal_utterance=goal.seed_utterance, now=goal.now)
 
     def force_drift(self, pattern_id: str) -> None:
         """Demo/judge control: schedule `pattern_id` to fire at the next eligible call (from the next reset)."""
@@ -266,7 +266,8 @@ class DriftCallEnv:
 
     # ----------------------------------------------------------------------------- outputs
     def _observation(self, *, result: ToolResult | None = None, message: UserMessage | None = None,
-                     goal_utterance: str | None = None, parse_error: str | None = None) -> DriftCallObservation:
+                     goal_utterance: str | None = None, now: str | None = None,
+                     parse_error: str | None = None) -> DriftCallObservation:
         live = self._live
         assert live is not None
         done = live.terminated_by is not None
@@ -274,6 +275,7 @@ class DriftCallEnv:
             turn=live.turn,
             budget_remaining=live.max_turns - live.turn,
             goal_utterance=goal_utterance,
+            now=now,
             user_message=message,
             last_result=result,
             available_tools=live.tools,

@@ -87,8 +87,8 @@ class AdapterRecord:
 
 
 def render_initial_prompt(tokenizer: Any, goal: Any) -> str:
-    """Turn-0 prompt: exactly two messages, the system prompt (pinned prompt + action format + the tool docs
-    at reset) and `goal.seed_utterance`, with the generation prompt on. Same text the rollout starts from."""
+    """Turn-0 prompt: exactly two messages, the system prompt (pinned prompt + action format + the caller's
+    time and the tool docs at reset) and `goal.seed_utterance`, with the generation prompt on. Same text the rollout starts from."""
     return str(tokenizer.apply_chat_template(initial_messages(goal), tokenize=False, add_generation_prompt=True))
 
 

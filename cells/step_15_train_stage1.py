@@ -51,11 +51,12 @@ SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.see
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
     """`n` fresh expert conversations (chat `messages` lists) of `stage`, goals drawn with that stage's
-    `language_weights`, on the stage's own block of training seeds."""
+    `language_weights`, on the stage's own block of training seeds, plus `profile.sft_search_drills` search
+    drills per conversation spread among them."""
     from cells.training.sft_data import EpisodePlanItem, generate_conversations
 
     item = EpisodePlanItem(stage, n, tuple(ctx.profile.language_weights[stage - 1]),
-                           ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE)
+                           ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE, ctx.profile.sft_search_drills)
     return generate_conversations([item], progress=n >= 500)
 
 

@@ -64,9 +64,11 @@ def play_many(factory: Callable[[], Any], policy_factory: Callable[[], Policy], 
     return [_play(factory(), policy_factory(), int(seed)) for seed in seeds]
 
 
-def conversation(env: Any, policy: Policy, seed: int) -> list[dict[str, str]]:
+def conversation(env: Any, policy: Policy, seed: int, stop_after: Callable[[str], bool] | None = None
+                 ) -> list[dict[str, str]]:
     """The chat messages of one episode in the exact rendering the GRPO rollout uses:
-    turn 0 = system prompt + utterance, assistant = the action text, user = rendered observation."""
+    turn 0 = system prompt + utterance, assistant = the action text, user = rendered observation.
+    With `stop_after`, the messages end at the first action text it accepts (the episode is left unfinished)."""
     from cells.agent.prompt import initial_messages, render_observation
 
     obs = env.reset(seed=seed)
@@ -75,6 +77,8 @@ def conversation(env: Any, policy: Policy, seed: int) -> list[dict[str, str]]:
     for _ in range(MAX_POLICY_TURNS):
         text = policy.act(obs)
         messages.append({"role": "assistant", "content": text})
+        if stop_after is not None and stop_after(text):
+            return messages
         obs = env.step_text(text)
         if obs.done:
             return messages

@@ -1,7 +1,10 @@
 """Prompt rendering: the system prompt and how each observation becomes the next user-side message.
 
 System prompt = the seed's pinned concierge prompt + the action format + the available tools with
-their argument docs as they were at reset (DESIGN §8). Turn 0 is exactly two messages: that system
+their argument docs as they were at reset (DESIGN §8) + the caller's local time at the start of the call.
+The time is there because users name dates without a year ("22 January") and the APIs take ISO dates:
+without it a January date asked in December is unanswerable. It is the last line, right before the
+utterance, so a short training example (`cells.training.sft_data`'s search drills) can keep exactly that tail. Turn 0 is exactly two messages: that system
 prompt and the user's utterance. Every later environment response is one user-role message (Gemma
 templates have no tool role) made of prefixed lines, compact JSON, `ensure_ascii=False`:
 
@@ -39,10 +42,20 @@ def format_tool_doc(doc: ToolDoc) -> str:
     return f"- {doc.name}({names}): {doc.description}" + (f" | {arg_docs}" if arg_docs else "")
 
 
-def build_system_prompt(tools: tuple[ToolDoc, ...]) -> str:
-    """Pinned prompt + action format + protocol notes + tool docs."""
+def format_now(now: str) -> str:
+    """`"2026-12-10T18:30:00+05:30"` -> `"Now: Thursday 2026-12-10 18:30 IST"`."""
+    from datetime import datetime
+
+    moment = datetime.fromisoformat(now)
+    return f"Now: {moment:%A %Y-%m-%d %H:%M} IST"
+
+
+def build_system_prompt(tools: tuple[ToolDoc, ...], now: str | None = None) -> str:
+    """Pinned prompt + action format + protocol notes + tool docs + the caller's time (when known)."""
     lines = [PINNED_SYSTEM_PROMPT, ACTION_FORMAT_HELP, PROTOCOL_NOTES, "Tools:"]
     lines.extend(format_tool_doc(t) for t in tools)
+    if now is not None:
+        lines.append(format_now(now))
     return "\n".join(lines)
 
 
@@ -54,12 +67,13 @@ def tools_for_goal(goal: GoalSpec) -> tuple[ToolDoc, ...]:
     return reset_tool_docs(new_world(goal, goal.seed), goal)
 
 
-def system_prompt_for(goal: Any = None, tools: tuple[ToolDoc, ...] | None = None) -> str:
+def system_prompt_for(goal: Any = None, tools: tuple[ToolDoc, ...] | None = None, now: str | None = None) -> str:
     """The system prompt for an episode: tool docs from `tools`, else from a real `GoalSpec`, else none
-    (toy environments in tests have no vendors)."""
+    (toy environments in tests have no vendors); the time from `now`, else from a real `GoalSpec`."""
+    real = isinstance(goal, GoalSpec)
     if tools is None:
-        tools = tools_for_goal(goal) if isinstance(goal, GoalSpec) else ()
-    return build_system_prompt(tools)
+        tools = tools_for_goal(goal) if real else ()
+    return build_system_prompt(tools, now if now is not None or not real else goal.now)
 
 
 def initial_messages(goal: Any, tools: tuple[ToolDoc, ...] | None = None) -> list[dict[str, str]]:

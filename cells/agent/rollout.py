@@ -61,11 +61,11 @@ class RolloutResult:
 
 
 def default_system_prompt(env: Any, obs: Any) -> str:
-    """Pinned prompt + action format + the tool docs on the reset observation (`cells.agent.prompt`)."""
+    """Pinned prompt + action format + the time and tool docs on the reset observation (`cells.agent.prompt`)."""
     from cells.agent.prompt import system_prompt_for
 
     tools = getattr(obs, "available_tools", None)
-    return system_prompt_for(tools=tuple(tools) if tools else ())
+    return system_prompt_for(tools=tuple(tools) if tools else (), now=getattr(obs, "now", None))
 
 
 def default_goal(env: Any, obs: Any) -> Any:

@@ -3,6 +3,14 @@
 - `generate_conversations(plan, seed)`: the expert plays fresh training seeds for each
   `(stage, count, language_weights)` of the plan (the profile's languages per stage reach the data);
   the episodes are interleaved by stage, so a prefix of the list is already a stage mix.
+- Search drills (`search_drills` per conversation, a profile knob): the start of a further fresh expert
+  episode up to and including its search call (`cells.agent.policies.base.SEARCH_TOOLS`), with the system
+  prompt cut to its last line, the caller's time (`cells.agent.prompt.format_now`). Why: held-out searches of
+  the cpu-learn warm start got a goal slot wrong in 43 of 64 calls (month, city, cab place; `python -m cells
+  diagnose`), and mapping the spoken slot to its canonical value is learnt only at that one turn of a ~800-token
+  conversation. A drill is ~150 tokens and ends with that turn, so the same compute shows the mapping several
+  times more often. The utterance keeps its distance to the search call, and the time line its distance to the
+  utterance, as in the full prompt.
 - `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
   progress bar (~3 ms each on one core: 10,000 episodes ~30 s).
 - `RightPadCollator`: pads on the right, labels -100 on padding, attention mask all ones. Why all ones:
@@ -27,43 +35,90 @@ from cells.progress import progress_bar
 IGNORE_INDEX = -100
 
 
+DRILL_SEED_OFFSET = 50_000_000  # drills of a plan item start this far into its seed block (conversations: at 0)
+
+
 @dataclass(frozen=True)
 class EpisodePlanItem:
-    """`count` fresh expert episodes of curriculum `stage`, goals drawn with `language_weights`."""
+    """`count` fresh expert episodes of curriculum `stage`, goals drawn with `language_weights`, plus
+    `round(count * search_drills)` search drills on further fresh seeds (see the module docstring)."""
 
     stage: int
     count: int
     language_weights: tuple[tuple[str, float], ...]
     seed: int  # first training-seed index of this item (disjoint blocks per stage)
+    search_drills: float = 0.0
+
+    @property
+    def drills(self) -> int:
+        return round(self.count * self.search_drills)
 
 
-def generate_conversations(plan: Sequence[EpisodePlanItem], progress: bool = False,
-                           min_reward: float = 0.5) -> list[list[dict[str, str]]]:
-    """Expert conversations for every plan item, interleaved by stage (1, 2, 3, 1, 2, 3, ...).
+Messages = list[dict[str, str]]
 
-    Same rendering and filter as `cells.agent.play.expert_conversations` (episodes the expert failed,
-    reward < `min_reward`, are skipped), with one progress bar over the whole plan.
-    """
+
+def is_search_call(text: str) -> bool:
+    """Whether an (expert, hence valid) action text calls a domain's search tool."""
+    from cells.actions import parse_action
+    from cells.agent.policies.base import SEARCH_TOOLS
+
+    return parse_action(text).tool_name in SEARCH_TOOLS.values()
+
+
+def search_drill(env: Any, seed: int) -> Messages | None:
+    """The expert's episode on `seed` up to its search call, behind a system prompt of only the caller's time;
+    None when the expert ends the episode without searching."""
+    from cells.agent.play import conversation
+    from cells.agent.policies.expert import ExpertPolicy
+    from cells.agent.prompt import format_now
+
+    messages = conversation(env, ExpertPolicy(), seed, stop_after=is_search_call)
+    if not is_search_call(messages[-1]["content"]):
+        return None
+    return [{"role": "system", "content": format_now(env.goal.now)}, *messages[1:]]
+
+
+def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Messages]:
+    """One plan item's conversations, with its drills spread evenly among them."""
     from cells.agent.play import PlayError, conversation
     from cells.agent.policies.expert import ExpertPolicy
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_10_env import DriftCallEnv
 
-    per_item: list[list[list[dict[str, str]]]] = []
-    bar = progress_bar(sum(i.count for i in plan), "expert episodes", enabled=progress, leave=False)
-    for item in plan:
-        env = DriftCallEnv(item.stage, dict(item.language_weights))
-        chunk: list[list[dict[str, str]]] = []
-        index = item.seed
-        while len(chunk) < item.count:
-            if index - item.seed > 4 * item.count + 100:
-                raise PlayError(f"expert failed too often: {len(chunk)} of {item.count} after {index - item.seed} seeds")
-            messages = conversation(env, ExpertPolicy(), TRAIN_SEEDS.seed(index))
+    env = DriftCallEnv(item.stage, dict(item.language_weights))
+    found: dict[str, list[Messages]] = {"conversations": [], "drills": []}
+    for kind, want, start in (("conversations", item.count, item.seed),
+                              ("drills", item.drills, item.seed + DRILL_SEED_OFFSET)):
+        index = start
+        while len(found[kind]) < want:
+            if index - start > 4 * want + 100:
+                raise PlayError(f"expert failed too often: {len(found[kind])} of {want} {kind} after "
+                                f"{index - start} seeds")
+            seed = TRAIN_SEEDS.seed(index)
             index += 1
-            if env.rewards().reward >= min_reward:
-                chunk.append(messages)
+            if kind == "drills":
+                messages = search_drill(env, seed)
+            else:
+                messages = conversation(env, ExpertPolicy(), seed)
+                messages = messages if env.rewards().reward >= min_reward else None
+            if messages is not None:
+                found[kind].append(messages)
                 bar.update(1)
-        per_item.append(chunk)
+    convs, drills = found["conversations"], found["drills"]
+    keyed = [((i + 0.5) / len(convs), c) for i, c in enumerate(convs)]
+    keyed += [((j + 0.5) / len(drills), d) for j, d in enumerate(drills)]
+    return [m for _, m in sorted(keyed, key=lambda pair: pair[0])]
+
+
+def generate_conversations(plan: Sequence[EpisodePlanItem], progress: bool = False,
+                           min_reward: float = 0.5) -> list[Messages]:
+    """Expert conversations (and search drills) for every plan item, interleaved by stage (1, 2, 3, 1, ...).
+
+    Same rendering and filter as `cells.agent.play.expert_conversations` (episodes the expert failed,
+    reward < `min_reward`, are skipped), with one progress bar over the whole plan.
+    """
+    bar = progress_bar(sum(i.count + i.drills for i in plan), "expert episodes", enabled=progress, leave=False)
+    per_item = [_expert_chunk(item, bar, min_reward) for item in plan]
     bar.close()
     longest = max((len(c) for c in per_item), default=0)
     return [convs[i] for i in range(longest) for convs in per_item if i < len(convs)]
