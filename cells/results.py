@@ -219,7 +219,10 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
              f"Wall time: {_minutes(timings)}.", ""]
     training = warm.get("training")
     if training:
-        parts += [f"Warm start: {training['examples']:,} fresh expert conversations, {training['tokens']:,} tokens "
+        drills = training["examples"] - int(profile.get("sft_episodes") or training["examples"])
+        what = (f"{training['examples']:,} examples ({training['examples'] - drills:,} fresh expert conversations + "
+                f"{drills:,} search drills)" if drills > 0 else f"{training['examples']:,} fresh expert conversations")
+        parts += [f"Warm start: {what}, {training['tokens']:,} tokens "
                   f"({training['trained_tokens']:,} trained), {training['steps']:,} optimiser steps in "
                   f"{_duration(training['seconds'])} ({training['tokens_per_s']:,.0f} training tokens/s).", ""]
     copied = warm.get("copy_pretrain")

@@ -63,6 +63,9 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
     assert "Copy pretraining before the warm start" in text and "1,725 steps" in text and "reached the stop" in text
     assert "Peak resident memory of the run: 1,234 MiB" in text  # the largest step's peak (1,234.5 rounds down)
     assert "Issue 10's targets" in text and "after warm start" in text
+    profile = json.loads((run / "profile.json").read_text())
+    (run / "profile.json").write_text(json.dumps({**profile, "sft_episodes": 60, "sft_search_drills": 0.67}))
+    assert "100 examples (60 fresh expert conversations + 40 search drills)" in results.results_section(run)
 
 
 def test_targets_say_met_or_not_from_measurements(tmp_path):

@@ -301,6 +301,23 @@ def test_render_initial_prompt_is_system_plus_utterance() -> None:
     assert all(t.name in tok.messages[0]["content"] for t in obs.available_tools)
 
 
+def test_the_caller_time_is_observed_at_turn_0_and_ends_the_system_prompt() -> None:
+    """Users name dates without a year; the year of a January date asked in December is only knowable from it."""
+    from cells.agent.prompt import format_now, initial_messages
+    from cells.agent.rollout import default_system_prompt
+
+    assert format_now("2026-12-10T18:30:00+05:30") == "Now: Thursday 2026-12-10 18:30 IST"
+    env = DriftCallEnv(1)
+    seed = next(s for s in range(2_000) if env.reset(seed=s) and env.goal.slots.get("date", "").startswith("2027-"))
+    obs = env.reset(seed=seed)
+    assert obs.now == env.goal.now and obs.now.startswith("2026-12-")
+    system = initial_messages(env.goal, obs.available_tools)[0]["content"]
+    assert system.endswith("\n" + format_now(env.goal.now))
+    assert default_system_prompt(None, obs) == system  # what a rollout (or a remote client) builds from the observation
+    later = env.step_text('{"action":"speak","message":"ok"}')
+    assert later.now is None
+
+
 # ---------------------------------------------------------------------------------------------- OpenEnv
 def test_openenv_adapter_reset_step_state_and_text_actions() -> None:
     from cells.openenv_env import DriftCallActionModel, DriftCallOpenEnv

@@ -511,3 +511,38 @@ def test_full_warm_start_copy_pretrains_first_and_records_it(tmp_path, monkeypat
     assert "[copy pretraining] 25 steps" in capsys.readouterr().out
     saved = json.loads(save_warm_start_summary(ctx, result, None).read_text())
     assert saved["copy_pretrain"]["steps"] == 25 and saved["training"]["steps"] == 2
+
+
+def test_search_drills_end_at_the_goals_search_behind_only_the_callers_time(tmp_path):
+    from cells.actions import parse_action
+    from cells.agent.policies.base import SEARCH_TOOLS
+    from cells.agent.prompt import format_now
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_07_tasks import generate
+    from cells.training.sft_data import DRILL_SEED_OFFSET, EpisodePlanItem, generate_conversations
+
+    weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
+    item = EpisodePlanItem(2, 6, weights, 0, search_drills=1.5)
+    assert item.drills == 9
+    mixed = generate_conversations([item])
+    plain = generate_conversations([dataclasses.replace(item, search_drills=0.0)])
+    drills = [m for m in mixed if m[0]["content"].startswith("Now: ")]
+    assert len(mixed) == 15 and len(drills) == 9
+    assert [m for m in mixed if m not in drills] == plain  # the conversations are unchanged, drills spread among them
+    assert sum(m in drills for m in mixed[:8]) in (4, 5)  # spread evenly, not appended
+    for index, drill in enumerate(drills):
+        goal = generate(TRAIN_SEEDS.seed(DRILL_SEED_OFFSET + index), 2, dict(weights))  # the expert never fails a search
+        assert drill[0] == {"role": "system", "content": format_now(goal.now)}
+        assert drill[1] == {"role": "user", "content": goal.seed_utterance}
+        search = parse_action(drill[-1]["content"])
+        assert drill[-1]["role"] == "assistant" and search.tool_name == SEARCH_TOOLS[goal.domain]
+        assert all(str(v) == str(goal.slots[k]) for k, v in search.tool_args.items() if k in goal.slots)
+    assert not any(m[1]["content"] == d[1]["content"] for m in plain for d in drills)  # fresh seeds
+
+
+def test_search_drills_reach_the_warm_start_from_the_profile(tmp_path):
+    profile = dataclasses.replace(get_profile("cpu-smoke"), sft_episodes=6, sft_stages=(1, 2, 3), sft_search_drills=1.0)
+    convs = warm_start_conversations(Context(profile=profile, run_dir=tmp_path))
+    assert len(convs) == 12 and sum(c[0]["content"].startswith("Now: ") for c in convs) == 6
+    with pytest.raises(ValueError, match="sft_search_drills"):
+        dataclasses.replace(profile, sft_search_drills=-1.0)
