@@ -20,9 +20,9 @@ from typing import Any
 def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
     """Counts over finished `Episode`s: write calls, those whose `payment_token` was issued in the same episode,
     searches, those whose arguments equal every goal slot they name, and how the episodes ended."""
-    from cells.agent.policies.base import SEARCH_TOOLS
+    from cells.step_04_models import GOAL_SEARCH_TOOLS
 
-    searches = frozenset(SEARCH_TOOLS.values())
+    searches = frozenset(GOAL_SEARCH_TOOLS.values())
     counts: Counter[str] = Counter()
     for episode in episodes:
         issued = {r.response.get("payment_token") for r in episode.results
@@ -48,18 +48,14 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
 
 def diagnose_run(run_dir: Path) -> dict[str, int]:
     """Play the run's warm start on the warm-start eval plan; write and return `diagnose.json`'s counts."""
-    from cells.agent.rollout import rollout_batch
     from cells.control import load_run_warm_start
-    from cells.evaluation.runner import env_for_case, eval_plan
+    from cells.evaluation.runner import eval_plan, play_greedy
 
     run_dir = Path(run_dir)
     profile, model, tokenizer = load_run_warm_start(run_dir)
     model.eval()
     cases = eval_plan(max(1, profile.warm_start_eval_per_cell))
-    played = rollout_batch([env_for_case(c) for c in cases], [c.seed for c in cases], model=model,
-                           tokenizer=tokenizer, greedy=True, max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
-                           max_episode_tokens=profile.max_episode_tokens)
-    counts = copy_diagnostics(played.episodes)
+    counts = copy_diagnostics(play_greedy(model, tokenizer, cases, profile).episodes)
     (run_dir / "diagnose.json").write_text(json.dumps(counts, indent=1) + "\n", encoding="utf-8")
     return counts
 

@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+    from cells.step_01_setup import RuntimeInfo
     from cells.step_02_profiles import Profile
+    from cells.step_10_env import DriftCallEnv
 
 
 class PipelineError(DriftCallError, RuntimeError):
@@ -83,17 +87,20 @@ class Context:
 
     The profile and run directory are fixed at creation; every other slot is filled by the
     step named in its comment. `artifacts` maps a short name to a file a step wrote.
+    `model` and `tokenizer` stay `Any`: a plain transformers model, a peft model or an Unsloth one, and a
+    transformers or tiny local tokenizer, depending on the profile (step 12's `boot_path`).
     """
 
     profile: Profile
     run_dir: Path
-    runtime: Any = None  # step_01: RuntimeInfo
-    data: Any = None  # step_03: DataBundle
-    env_factory: Any = None  # step_10
+    runtime: RuntimeInfo | None = None  # step_01
+    env_factory: dict[int, Callable[[], DriftCallEnv]] | None = None  # step_10: a fresh env per call, per stage
     model: Any = None  # step_12
     tokenizer: Any = None  # step_12
-    trainer_state: dict[str, Any] = field(default_factory=dict)  # steps 15-17
-    reports: dict[str, Any] = field(default_factory=dict)  # steps 18-22
+    # Steps 15-17: "warm_start" (WarmStartResult), "warm_start_eval" (WarmStartEval), "stage<N>" (stage result),
+    # "stage<N>_signal" (zero-variance shares), "copy_pretrain", "warm_start_checkpoints".
+    trainer_state: dict[str, Any] = field(default_factory=dict)
+    reports: dict[str, Any] = field(default_factory=dict)  # steps 18-22: eval specs, records, reports
     artifacts: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     peak_memory_mb: dict[str, float] = field(default_factory=dict)  # process peak RSS at the end of each step

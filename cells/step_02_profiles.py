@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 LANGUAGES: tuple[str, ...] = ("hi", "ta", "kn", "en", "hinglish")  # the one home (step 4 re-exports it)
+# Turns an episode may take, per curriculum stage (drift needs turns to notice and adapt): the env's defaults
+# (step 10) and every profile's unless it sets its own. An episode needs at least a token, a search, a booking
+# and a submit, hence the minimum.
+TURN_BUDGETS: tuple[int, int, int] = (8, 12, 16)
+MIN_TURN_BUDGET = 4
 
 
 class ProfileError(DriftCallError, ValueError):
@@ -143,6 +148,8 @@ class Profile:
     language_weights: tuple[tuple[tuple[str, float], ...], ...] = (
         _uniform_languages(), _uniform_languages(), _uniform_languages()
     )
+    # Turn budget per stage for every env the pipeline builds: expert data, GRPO, evaluation, probe, export check.
+    turn_budgets: tuple[int, int, int] = TURN_BUDGETS
     # --- misc ---
     seed: int = 1234  # seeds RNGs, data order and the tiny model's build
     run_root: str = "runs"  # run dirs default to <run_root>/<name>
@@ -186,6 +193,9 @@ class Profile:
                 f"profile {self.name!r}: copy pretraining trains every weight before a full warm start; with "
                 "warm_start_full=False it would overwrite a pretrained model. Set copy_pretrain_max_steps=0"
             )
+        if len(self.turn_budgets) != 3 or min(self.turn_budgets) < MIN_TURN_BUDGET:
+            raise ProfileError(f"profile {self.name!r}: turn_budgets needs one budget per stage (3), each >= "
+                               f"{MIN_TURN_BUDGET} (token, search, book, submit), got {self.turn_budgets}")
         if self.sft_search_drills < 0:
             raise ProfileError(f"profile {self.name!r}: sft_search_drills must be >= 0 (drills per expert "
                                f"conversation), got {self.sft_search_drills}")
@@ -195,6 +205,12 @@ class Profile:
                 f"lora_modules_to_save={self.lora_modules_to_save} would also copy them into every GRPO adapter. "
                 "Set lora_modules_to_save=()"
             )
+
+    def turn_budget(self, stage: int) -> int:
+        """Turns an episode of curriculum stage 1, 2 or 3 may take."""
+        if stage not in (1, 2, 3):
+            raise ProfileError(f"stage must be 1, 2 or 3, got {stage}")
+        return self.turn_budgets[stage - 1]
 
     def languages_for_stage(self, stage: int) -> dict[str, float]:
         """Language sampling weights for curriculum stage 1, 2 or 3."""

@@ -4,7 +4,7 @@ Fixtures are YAML or JSON files. Each declares `version` and the top-level keys 
 `FIXTURE_KEYS`; deep validation (drift patterns, templates) belongs to the step that owns the
 data (steps 6 and 7), which call `load_fixture` here so every file is read one way.
 
-Reads nothing; writes `ctx.data` (a `DataBundle`) and `<run_dir>/data_manifest.json`.
+Reads nothing; writes `<run_dir>/data_manifest.json` (`ctx.artifacts["data_manifest"]`).
 Run alone: `python -m cells run --profile cpu-smoke --steps 3` (< 1 s).
 """
 
@@ -98,10 +98,11 @@ def load_all(data_dir: Path = DATA_DIR) -> DataBundle:
 
 
 def run(ctx: Context) -> Context:
-    """Load fixtures and write `data_manifest.json`."""
-    ctx.data = load_all()
+    """Load and validate every fixture and write `data_manifest.json` (the steps that use a fixture load it
+    themselves, cached, so a step run alone needs no Context slot for it)."""
+    bundle = load_all()
     path = ctx.run_dir / "data_manifest.json"
-    path.write_text(json.dumps(dict(ctx.data.manifest), indent=2), encoding="utf-8")
+    path.write_text(json.dumps(dict(bundle.manifest), indent=2), encoding="utf-8")
     ctx.artifacts["data_manifest"] = path
-    print(f"[data] {len(ctx.data.fixtures)} fixtures: {', '.join(n for n, _ in ctx.data.manifest)}")
+    print(f"[data] {len(bundle.fixtures)} fixtures: {', '.join(n for n, _ in bundle.manifest)}")
     return ctx

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from cells.actions import ACTION_FORMAT_HELP, ActionParseError, parse_action
 from cells.errors import DriftCallError
+from cells.step_02_profiles import TURN_BUDGETS
 from cells.step_04_models import (
     LANGUAGES,
     ActionRecord,
@@ -49,7 +50,7 @@ from cells.step_04_models import (
     UserMessage,
     stable_id,
 )
-from cells.step_05_vendors import World, describe_schema, dispatch, new_world, tool_docs
+from cells.step_05_vendors import World, default_tool_docs, describe_schema, dispatch, new_world
 from cells.step_06_drift import (
     apply_drift,
     attach_notice,
@@ -61,17 +62,20 @@ from cells.step_06_drift import (
 from cells.step_07_tasks import acknowledge, generate, reply
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from cells.pipeline import Context
 
-STAGE_TURN_BUDGETS: dict[int, int] = {1: 8, 2: 12, 3: 16}
+STAGE_TURN_BUDGETS: dict[int, int] = dict(zip((1, 2, 3), TURN_BUDGETS, strict=True))  # env defaults; profiles may differ
 MAX_CONSECUTIVE_INVALID = 3
 DEFAULT_LANGUAGE_WEIGHTS: dict[str, float] = dict.fromkeys(LANGUAGES, 1.0)
 
 
-def reset_tool_docs(world: World, goal: GoalSpec) -> tuple[ToolDoc, ...]:
-    """The tools an episode offers: the goal domain's tools plus payment.get_token, documented as at reset."""
-    docs = tool_docs(world, (goal.domain, "payment"))
-    return tuple(t for t in docs if t.name.split(".")[0] == goal.domain or t.name == "payment.get_token")
+def reset_tool_docs(domain: str) -> tuple[ToolDoc, ...]:
+    """The tools an episode of a `domain` goal offers: that domain's tools plus payment.get_token, documented as at
+    reset (the vendors' default flags: no drift fires before turn 2), so a prompt needs no world to list them."""
+    docs = default_tool_docs((domain, "payment"))
+    return tuple(t for t in docs if t.name.split(".")[0] == domain or t.name == "payment.get_token")
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -162,7 +166,7 @@ class DriftCallEnv:
         schedule = build_schedule(self.stage, seed, goal)
         if self._forced is not None:
             schedule = forced_schedule(self._forced)
-        tools = reset_tool_docs(world, goal)
+        tools = reset_tool_docs(goal.domain)
         self._live = _Live(
             episode_id=episode_id or stable_id("EP", seed, self.stage, self.max_turns, self._forced),
             seed=seed, goal=goal, world=world, schedule=schedule, tools=tools, max_turns=self.max_turns,
@@ -344,14 +348,16 @@ class DriftCallEnv:
         return self._live.rewards
 
 
-def make_env_factory(stage: int, language_weights: dict[str, float] | None = None, **kwargs: Any) -> Any:
+def make_env_factory(stage: int, language_weights: dict[str, float] | None = None, **kwargs: Any
+                     ) -> Callable[[], DriftCallEnv]:
     """A zero-argument callable building fresh envs for `stage` (what trainers and rollouts take)."""
     return functools.partial(DriftCallEnv, stage, language_weights, **kwargs)
 
 
-def stage_env_factories(profile: Any) -> dict[int, Any]:
-    """One env factory per curriculum stage, with that stage's language weights."""
-    return {s: make_env_factory(s, profile.languages_for_stage(s)) for s in STAGE_TURN_BUDGETS}
+def stage_env_factories(profile: Any) -> dict[int, Callable[[], DriftCallEnv]]:
+    """One env factory per curriculum stage, with that stage's language weights and turn budget."""
+    return {s: make_env_factory(s, profile.languages_for_stage(s), max_turns=profile.turn_budget(s))
+            for s in STAGE_TURN_BUDGETS}
 
 
 def run(ctx: Context) -> Context:

@@ -2,8 +2,11 @@
 
 1. Warm start: the expert policy (step 11) plays `profile.sft_episodes` fresh episodes split evenly
    over `profile.sft_stages` (cpu profiles: 1-3, so drift handling is in the data), goals drawn with
-   each stage's `language_weights`; TRL's `SFTTrainer` trains on them once each, batches grouped by
-   length, loss on assistant tokens only (`cells.training.warm_start`, `cells.training.sft_data`).
+   each stage's `language_weights`, plus `profile.sft_search_drills` search drills per conversation (a further
+   fresh episode cut after its search call behind a system prompt of only the caller's time: the slot mapping,
+   city or place or spoken date to its canonical value, seen more often per second); TRL's `SFTTrainer` trains on
+   them once each, batches grouped by length, loss on assistant tokens only (`cells.training.warm_start`,
+   `cells.training.sft_data`).
    CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
    is the warm-started model); GPU profiles train the LoRA and save `training/warm_start/adapter`.
@@ -22,7 +25,8 @@
    stage ends with `[stage N] zero-variance groups: ...` (share of groups whose G episodes all earned the
    same reward, so they trained nothing; `cells.training.signal`).
 
-Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_full`), `ctx.tokenizer`.
+Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_full`), `ctx.tokenizer`,
+`ctx.env_factory` (step 10's env factory per stage; built from the profile when step 10 has not run).
 Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"|"stage1_signal"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
@@ -51,12 +55,13 @@ SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.see
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
     """`n` fresh expert conversations (chat `messages` lists) of `stage`, goals drawn with that stage's
-    `language_weights`, on the stage's own block of training seeds, plus `profile.sft_search_drills` search
+    `language_weights` and turn budget, on the stage's own block of training seeds, plus `profile.sft_search_drills` search
     drills per conversation spread among them."""
     from cells.training.sft_data import EpisodePlanItem, generate_conversations
 
     item = EpisodePlanItem(stage, n, tuple(ctx.profile.language_weights[stage - 1]),
-                           ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE, ctx.profile.sft_search_drills)
+                           ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE, ctx.profile.sft_search_drills,
+                           ctx.profile.turn_budget(stage))
     return generate_conversations([item], progress=n >= 500)
 
 
@@ -85,7 +90,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
     from cells.agent.rollout import rollout_group_fn_for_profile
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_07_tasks import generate
-    from cells.step_10_env import make_env_factory
+    from cells.step_10_env import stage_env_factories
     from cells.step_13_grpo_config import build_grpo_config, reward_fn
     from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
     from cells.training.signal import SignalReport
@@ -97,7 +102,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         save_strategy="steps", save_steps=ctx.profile.save_every,
     )
     languages = ctx.profile.languages_for_stage(stage)
-    env_factory = make_env_factory(stage, languages)
+    env_factory = (ctx.env_factory or stage_env_factories(ctx.profile))[stage]  # step 10's, or the same built here
     dataset = EpisodeDatasetAdapter(
         task_gen=generate, env_factory=env_factory, stage=stage,
         stage_base_seed=TRAIN_SEEDS.seed((stage - 1) * 100_000_000),  # disjoint seed block per stage

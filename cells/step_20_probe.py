@@ -50,11 +50,12 @@ def known_offence_codes() -> frozenset[str]:
     return frozenset(c.value for c in OffenceCode)
 
 
-def _play(name: str, factory: Any, cases: tuple[Any, ...], bar: Any) -> list[tuple[Any, Any]]:
+def _play(name: str, factory: Any, cases: tuple[Any, ...], bar: Any, profile: Any = None) -> list[tuple[Any, Any]]:
     from cells.evaluation.runner import env_for_case
     from cells.step_11_agent import play_episode
 
-    played = [play_episode(env_for_case(c), factory(), seed=c.seed) for c in cases]
+    budgets = None if profile is None else profile.turn_budgets
+    played = [play_episode(env_for_case(c, budgets), factory(), seed=c.seed) for c in cases]
     bar.update(len(cases))
     return played
 
@@ -121,11 +122,11 @@ def run_probe(n_episodes: int, model: Any = None, tokenizer: Any = None, profile
     cases = probe_cases(n_episodes)
     known = known_offence_codes()
     with progress_bar(len(cases) * (1 + len(EXPLOIT_POLICIES) + (model is not None)), "probe") as bar:
-        honest_played = _play(HONEST_POLICY, HonestFailurePolicy, cases, bar)
+        honest_played = _play(HONEST_POLICY, HonestFailurePolicy, cases, bar, profile)
         honest = mean_reward(honest_played)
         rows = {HONEST_POLICY: summarise(HONEST_POLICY, honest_played, known)}
         for name, factory in EXPLOIT_POLICIES.items():
-            rows[name] = {**summarise(name, _play(name, factory, cases, bar), known)}
+            rows[name] = {**summarise(name, _play(name, factory, cases, bar, profile), known)}
             rows[name].update(verdict(rows[name], honest))
         if model is not None:
             rows["trained"] = summarise("trained", _play_model(model, tokenizer, cases, profile), known)
@@ -141,14 +142,10 @@ def run_probe(n_episodes: int, model: Any = None, tokenizer: Any = None, profile
 
 
 def _play_model(model: Any, tokenizer: Any, cases: tuple[Any, ...], profile: Any) -> list[tuple[Any, Any]]:
-    from cells.agent.rollout import rollout_batch
-    from cells.evaluation.runner import env_for_case
+    from cells.evaluation.runner import play_greedy
     from cells.step_08_rewards import rewards_of
 
-    result = rollout_batch([env_for_case(c) for c in cases], [c.seed for c in cases], model=model, tokenizer=tokenizer,
-                           max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
-                           max_episode_tokens=profile.max_episode_tokens, greedy=True)
-    return [(ep, rewards_of(ep)) for ep in result.episodes]
+    return [(ep, rewards_of(ep)) for ep in play_greedy(model, tokenizer, cases, profile).episodes]
 
 
 def run(ctx: Context) -> Context:

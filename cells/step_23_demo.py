@@ -97,6 +97,7 @@ class DemoSession:
     model: Any = None
     tokenizer: Any = None
     max_new_tokens: int = 96
+    turn_budgets: tuple[int, ...] | None = None  # per stage (the profile's); None: the env's defaults
     entries: list[Entry] = field(default_factory=list)
     env: Any = None
     player: Any = None
@@ -121,7 +122,8 @@ class DemoSession:
         from cells.step_10_env import DriftCallEnv
 
         self.player = self.make_player(player)
-        self.env = DriftCallEnv(int(stage), {language: 1.0})
+        budget = None if self.turn_budgets is None else self.turn_budgets[int(stage) - 1]
+        self.env = DriftCallEnv(int(stage), {language: 1.0}, max_turns=budget)
         self.observation = self.env.reset(seed=int(seed))
         self.player.reset(self.observation, GoalReader.from_goal(self.env.goal))
         goal = self.env.goal
@@ -260,13 +262,14 @@ class DemoPanel:
 
 def build_demo(ctx: Context) -> DemoPanel:
     """A panel over this run's model (if step 12 loaded one) with the profile's turn cap."""
-    session = DemoSession(ctx.model, ctx.tokenizer, ctx.profile.max_new_tokens_per_turn)
+    session = DemoSession(ctx.model, ctx.tokenizer, ctx.profile.max_new_tokens_per_turn,
+                          turn_budgets=ctx.profile.turn_budgets)
     return DemoPanel(session, seed=ctx.profile.seed)
 
 
 def run(ctx: Context) -> Context:
     """Play one expert episode headlessly as a self-check; under IPython also show the panel."""
-    session = DemoSession()
+    session = DemoSession(turn_budgets=ctx.profile.turn_budgets)
     session.reset(2, "hi", ctx.profile.seed, "expert")
     session.play()
     ctx.reports["demo"] = [e.__dict__ for e in session.entries]

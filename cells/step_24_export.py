@@ -128,15 +128,12 @@ def load_export(export_dir: Path | str) -> tuple[Any, Any]:
 
 def greedy_actions(model: Any, tokenizer: Any, profile: Any, n: int = RELOAD_CHECK_EPISODES) -> list[list[str]]:
     """The assistant texts of `n` greedy held-out episodes (stage 2, one language each)."""
-    from cells.agent.rollout import rollout_batch
-    from cells.evaluation.runner import EvalCase, env_for_case
+    from cells.evaluation.runner import EvalCase, play_greedy
     from cells.step_04_models import LANGUAGES
     from cells.step_07_tasks import eval_seeds
 
     cases = [EvalCase(eval_seeds(1, 2, lang)[0], 2, lang) for lang in LANGUAGES[:n]]
-    result = rollout_batch([env_for_case(c) for c in cases], [c.seed for c in cases], model=model, tokenizer=tokenizer,
-                           max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
-                           max_episode_tokens=profile.max_episode_tokens, greedy=True)
+    result = play_greedy(model, tokenizer, cases, profile)
     return [[m["content"] for m in t if m["role"] == "assistant"] for t in result.transcripts]
 
 

@@ -49,6 +49,16 @@ def test_the_goal_write_tool_map_is_declared_once():
     assert spelled == [], f"import step_04_models.GOAL_WRITE_TOOLS instead of spelling it out: {spelled}"
 
 
+def test_the_goal_search_tool_map_is_declared_once():
+    """`GOAL_SEARCH_TOOLS` sits next to `GOAL_WRITE_TOOLS` for the same reason; two search tool names in one
+    literal elsewhere is a copy."""
+    from cells.step_04_models import GOAL_SEARCH_TOOLS
+
+    home = ROOT / "cells" / "step_04_models.py"
+    spelled = [c for c in _copies(set(GOAL_SEARCH_TOOLS.values()), at_least=2) if not c.startswith(_rel(home))]
+    assert spelled == [], f"import step_04_models.GOAL_SEARCH_TOOLS instead of spelling it out: {spelled}"
+
+
 def test_the_copy_check_catches_a_copy(tmp_path):
     copy = tmp_path / "copy.py"
     copy.write_text('W = {"airline": "airline.book", "hotel": "hotel.book"}\nT = ("cab.book", "x")\n'

@@ -66,3 +66,32 @@ def test_seed_ranges_are_disjoint_and_ordered():
 
 def test_one_prompt_per_step_is_enough():
     assert dataclasses.replace(Profile(), prompts_per_step=1).prompts_per_step == 1
+
+
+def test_turn_budgets_are_a_profile_knob_that_reaches_every_env_the_pipeline_builds(tmp_path):
+    from cells.evaluation.runner import env_for_case, eval_plan, make_spec
+    from cells.pipeline import Context
+    from cells.step_02_profiles import TURN_BUDGETS
+    from cells.step_10_env import STAGE_TURN_BUDGETS, stage_env_factories
+    from cells.step_15_train_stage1 import expert_conversations_for
+    from cells.step_23_demo import build_demo
+
+    assert tuple(STAGE_TURN_BUDGETS.values()) == TURN_BUDGETS == get_profile("cpu-smoke").turn_budgets
+    profile = dataclasses.replace(get_profile("cpu-smoke"), turn_budgets=(5, 9, 11))
+    assert [f().max_turns for f in stage_env_factories(profile).values()] == [5, 9, 11]
+    spec = make_spec(profile, eval_plan(1, stages=(2,)))
+    assert {env_for_case(c, spec.turn_budgets).max_turns for c in spec.cases} == {9}
+    ctx = Context(profile=profile, run_dir=tmp_path)
+
+    def budget_warned(context: Context) -> list[bool]:  # the env says "[budget] 2 turn(s) left" two turns before the end
+        return [any("[budget]" in m["content"] for m in c) for c in expert_conversations_for(context, 4, 1)]
+
+    assert budget_warned(ctx) == [True] * 4  # stage-1 expert episodes take 4-5 turns: all warned with 5
+    assert budget_warned(Context(profile=get_profile("cpu-smoke"), run_dir=tmp_path)) == [False] * 4  # none with 8
+    demo = build_demo(ctx)
+    demo.session.reset(1, "en", 3, "expert")
+    assert demo.session.env.max_turns == 5
+    with pytest.raises(ValueError, match="turn_budgets"):
+        dataclasses.replace(profile, turn_budgets=(3, 12, 16))
+    with pytest.raises(ValueError, match="turn_budgets"):
+        dataclasses.replace(profile, turn_budgets=(8, 12))

@@ -19,12 +19,11 @@ from cells.step_05_vendors import (
     describe_schema,
     dispatch,
     new_world,
-    sample_goal,
     tool_docs,
     with_flags,
 )
 from cells.vendors import cab, restaurant
-from cells.vendors.selfcheck import book_cheapest, call
+from cells.vendors.selfcheck import book_cheapest, call, sample_goal
 
 EXPECTED_TOOLS = (
     "airline.search", "airline.book", "airline.cancel", "airline.get_booking", "cab.estimate", "cab.book",
@@ -64,6 +63,15 @@ def test_goal_write_tools_are_write_tools_of_their_domain():
     assert tuple(GOAL_WRITE_TOOLS) == GOAL_DOMAINS
     for domain, name in GOAL_WRITE_TOOLS.items():
         assert name in TOOLS and TOOLS[name].write and TOOLS[name].domain == domain, name
+
+
+def test_goal_search_tools_are_read_tools_of_their_domain():
+    """step 4's `GOAL_SEARCH_TOOLS` names, for every goal domain, a registered read (non-write) tool of it."""
+    from cells.step_04_models import GOAL_DOMAINS, GOAL_SEARCH_TOOLS
+
+    assert tuple(GOAL_SEARCH_TOOLS) == GOAL_DOMAINS
+    for domain, name in GOAL_SEARCH_TOOLS.items():
+        assert name in TOOLS and not TOOLS[name].write and TOOLS[name].domain == domain, name
 
 
 def test_every_tool_reachable_with_ok_status():

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cells.step_04_models import DOMAINS, DRIFT_KINDS, Constraint
-from cells.step_05_vendors import new_world, sample_goal
+from cells.step_05_vendors import new_world
 from cells.step_06_drift import (
     DriftCatalogueError,
     apply_drift,
@@ -24,7 +24,7 @@ from cells.step_06_drift import (
     pattern_by_id,
     requirements_met,
 )
-from cells.vendors.selfcheck import call
+from cells.vendors.selfcheck import call, sample_goal
 
 PATTERNS = load_catalogue()
 DIET_OK = {"veg": {"veg"}, "egg": {"veg", "egg"}, "non-veg": {"veg", "egg", "non-veg"}}
@@ -256,7 +256,8 @@ def test_apply_drift_bumps_schema_version_and_keeps_old_world():
 DIGEST_SCRIPT = """
 import json
 from cells.step_04_models import canonical_json, stable_digest
-from cells.step_05_vendors import new_world, sample_goal
+from cells.step_05_vendors import new_world
+from cells.vendors.selfcheck import sample_goal
 from cells.step_06_drift import build_schedule
 from cells.vendors.selfcheck import book_cheapest, call
 out = []

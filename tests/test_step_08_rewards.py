@@ -629,8 +629,9 @@ def test_every_catalogue_pattern_leaves_evidence():
 
 def test_real_vendors_and_drift_expert_run():
     """The expert flow against the real step_05 vendors and a real MFA drift from step_06."""
-    from cells.step_05_vendors import dispatch, new_world, sample_goal
+    from cells.step_05_vendors import dispatch, new_world
     from cells.step_06_drift import apply_drift, load_catalogue
+    from cells.vendors.selfcheck import sample_goal
 
     mfa = next(p for p in load_catalogue() if "MFA_REQUIRED" in p.evidence.error_codes and "airline" in p.applies_to)
     g = sample_goal("airline")

@@ -338,3 +338,18 @@ def test_openenv_adapter_reset_step_state_and_text_actions() -> None:
     obs = env.step(DriftCallActionModel(text='{"action":"submit","message":"done","confidence":0.0}'))
     assert obs.done is True and obs.reward == 0.0
     assert "schedule" not in json.dumps(obs.model_dump(), ensure_ascii=False)
+
+
+def test_reset_tool_docs_need_no_world_and_equal_a_fresh_worlds() -> None:
+    from cells.step_04_models import GOAL_DOMAINS
+    from cells.step_05_vendors import new_world, tool_docs
+    from cells.step_10_env import reset_tool_docs
+
+    env = DriftCallEnv(3)
+    for domain in GOAL_DOMAINS:
+        seed = next(s for s in range(200) if env.reset(seed=s) and env.goal.domain == domain)
+        obs = env.reset(seed=seed)
+        fresh = tool_docs(new_world(env.goal, seed), (domain, "payment"))
+        assert reset_tool_docs(domain) == obs.available_tools
+        assert all(t in fresh for t in obs.available_tools)
+        assert "payment.get_token" in {t.name for t in obs.available_tools}

@@ -272,7 +272,7 @@ def test_step_11_run_smoke(tmp_path: Path) -> None:
 
 
 def test_expert_asks_about_budget_when_nothing_fits_and_lowers_confidence() -> None:
-    from cells.step_05_vendors import sample_goal
+    from cells.vendors.selfcheck import sample_goal
 
     def tight(seed: int, stage: int, language_weights: dict[str, float]) -> GoalSpec:
         return sample_goal("hotel", seed=seed, budget=2000, budget_flex_inr=300)

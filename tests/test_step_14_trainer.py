@@ -404,3 +404,21 @@ def test_learning_check_raises_mean_reward(tiny_cache, tmp_path):
     after = mean_reward(trainer.model)
     print(f"learning check: target={target!r} before={before:.3f} after={after:.3f}")
     assert after >= before + 0.15, (target, before, after)
+
+
+def test_generation_spec_sets_the_decoding_and_keywords_override_it(tiny_cache):
+    from cells.agent.rollout import GenerationSpec
+
+    model, tok = fresh_policy(tiny_cache)
+    profile = get_profile("cpu-learn")
+    spec = GenerationSpec.for_profile(profile, greedy=True)
+    assert (spec.max_new_tokens_per_turn, spec.max_episode_tokens, spec.temperature, spec.greedy) == (
+        profile.max_new_tokens_per_turn, profile.max_episode_tokens, profile.temperature, True)
+    capped = GenerationSpec(max_new_tokens_per_turn=3, greedy=True)
+    by_spec = rollout_batch([ToyEnv(turns=2) for _ in range(2)], [5, 6], model=model, tokenizer=tok, generation=capped)
+    by_keywords = rollout_batch([ToyEnv(turns=2) for _ in range(2)], [5, 6], model=model, tokenizer=tok,
+                                max_new_tokens_per_turn=3, greedy=True)
+    assert by_spec.trajectories == by_keywords.trajectories  # greedy: the same tokens either way
+    assert all(e - s <= 3 for t in by_spec.trajectories for s, e in t.turn_spans)
+    with pytest.raises(TypeError, match="max_new_tokens"):
+        rollout_batch([ToyEnv(turns=2)], [5], model=model, tokenizer=tok, max_new_tokens=3)  # not a spec field

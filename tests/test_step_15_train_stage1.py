@@ -515,9 +515,9 @@ def test_full_warm_start_copy_pretrains_first_and_records_it(tmp_path, monkeypat
 
 def test_search_drills_end_at_the_goals_search_behind_only_the_callers_time(tmp_path):
     from cells.actions import parse_action
-    from cells.agent.policies.base import SEARCH_TOOLS
     from cells.agent.prompt import format_now
     from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_04_models import GOAL_SEARCH_TOOLS
     from cells.step_07_tasks import generate
     from cells.training.sft_data import DRILL_SEED_OFFSET, EpisodePlanItem, generate_conversations
 
@@ -535,7 +535,7 @@ def test_search_drills_end_at_the_goals_search_behind_only_the_callers_time(tmp_
         assert drill[0] == {"role": "system", "content": format_now(goal.now)}
         assert drill[1] == {"role": "user", "content": goal.seed_utterance}
         search = parse_action(drill[-1]["content"])
-        assert drill[-1]["role"] == "assistant" and search.tool_name == SEARCH_TOOLS[goal.domain]
+        assert drill[-1]["role"] == "assistant" and search.tool_name == GOAL_SEARCH_TOOLS[goal.domain]
         assert all(str(v) == str(goal.slots[k]) for k, v in search.tool_args.items() if k in goal.slots)
     assert not any(m[1]["content"] == d[1]["content"] for m in plain for d in drills)  # fresh seeds
 
@@ -546,3 +546,26 @@ def test_search_drills_reach_the_warm_start_from_the_profile(tmp_path):
     assert len(convs) == 12 and sum(c[0]["content"].startswith("Now: ") for c in convs) == 6
     with pytest.raises(ValueError, match="sft_search_drills"):
         dataclasses.replace(profile, sft_search_drills=-1.0)
+
+
+def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatch):
+    import cells.step_14_trainer as step_14
+    import cells.step_15_train_stage1 as step_15
+    from cells.step_10_env import stage_env_factories
+
+    built: dict[str, object] = {}
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            built.update(kwargs)
+
+    monkeypatch.setattr(step_14, "make_driftcall_grpo_trainer_cls", lambda: Recorder)
+    monkeypatch.setattr(step_15, "ensure_grpo_policy", lambda ctx: None)
+    profile = dataclasses.replace(get_profile("cpu-smoke"), turn_budgets=(5, 9, 11))
+    ctx = Context(profile=profile, run_dir=tmp_path, tokenizer=tiny_tokenizer())
+    ctx.env_factory = stage_env_factories(profile)
+    step_15.build_stage_trainer(ctx, 2, tmp_path / "stage2", [])
+    assert built["env_factory"] is ctx.env_factory[2]
+    ctx.env_factory = None  # step 15 run alone: the same factories, built from the profile
+    step_15.build_stage_trainer(ctx, 3, tmp_path / "stage3", [])
+    assert built["env_factory"]().max_turns == 11

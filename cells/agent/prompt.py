@@ -61,10 +61,9 @@ def build_system_prompt(tools: tuple[ToolDoc, ...], now: str | None = None) -> s
 
 def tools_for_goal(goal: GoalSpec) -> tuple[ToolDoc, ...]:
     """The tool docs the env shows at reset for `goal` (drift never fires before turn 2)."""
-    from cells.step_05_vendors import new_world
     from cells.step_10_env import reset_tool_docs
 
-    return reset_tool_docs(new_world(goal, goal.seed), goal)
+    return reset_tool_docs(goal.domain)
 
 
 def system_prompt_for(goal: Any = None, tools: tuple[ToolDoc, ...] | None = None, now: str | None = None) -> str:

@@ -17,6 +17,7 @@ Env protocol (DriftCallEnv and tests/toy_env.py): `reset(seed) -> obs`, `step_te
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,30 @@ from typing import Any
 
 Messages = list[dict[str, str]]
 _SENTINEL = "\u2063DRIFTCALL_SENTINEL\u2063"
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """How a rollout generates: the one declaration of these knobs (`rollout_batch` and `make_rollout_group_fn`
+    take a spec, and any of its fields as keyword overrides)."""
+
+    max_new_tokens_per_turn: int = 64  # one assistant turn's cap
+    max_episode_tokens: int = 1024  # generated + inserted tokens after the turn-0 prompt; the episode ends there
+    temperature: float = 1.0  # sampling temperature (keep it equal to GRPOConfig's: TRL scores at it)
+    top_p: float = 1.0
+    greedy: bool = False  # argmax decoding (evaluation's trial 0) instead of sampling
+    max_turns: int = 64  # a backstop for envs without their own turn budget
+
+    @classmethod
+    def for_profile(cls, profile: Any, **overrides: Any) -> GenerationSpec:
+        """The profile's generation knobs (turn and episode caps, temperature, top-p), then `overrides`."""
+        return cls(max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
+                   max_episode_tokens=profile.max_episode_tokens, temperature=profile.temperature,
+                   top_p=profile.top_p).with_overrides(**overrides)
+
+    def with_overrides(self, **overrides: Any) -> GenerationSpec:
+        """A copy with `overrides` (field names of this class) applied."""
+        return dataclasses.replace(self, **overrides) if overrides else self
 
 
 @dataclass(frozen=True)
@@ -116,7 +141,7 @@ class ChatPieces:
 
 
 def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: list[int],
-              temperature: float, top_p: float, greedy: bool) -> list[list[int]]:
+              spec: GenerationSpec) -> list[list[int]]:
     """One batched `generate` over left-padded `batch`; each row cut after its first stop token."""
     import torch
 
@@ -128,8 +153,8 @@ def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: l
     for row, ids in enumerate(batch):
         input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
         attention[row, width - len(ids):] = 1
-    sample_kwargs = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature,
-                                                         "top_p": top_p, "top_k": 0}
+    sample_kwargs = {"do_sample": False} if spec.greedy else {"do_sample": True, "temperature": spec.temperature,
+                                                              "top_p": spec.top_p, "top_k": 0}
     with torch.no_grad():
         out = model.generate(
             input_ids=input_ids, attention_mask=attention, max_new_tokens=max(max_new), use_cache=True,
@@ -181,18 +206,16 @@ def rollout_batch(
     system_prompt_fn: Callable[[Any, Any], str] = default_system_prompt,
     goal_fn: Callable[[Any, Any], Any] = default_goal,
     render_observation: Callable[[Any], str] = default_render_observation,
-    max_new_tokens_per_turn: int = 64,
-    max_episode_tokens: int = 1024,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    greedy: bool = False,
-    max_turns: int = 64,
+    generation: GenerationSpec = GenerationSpec(),
+    **overrides: Any,
 ) -> RolloutResult:
     """Run `len(envs)` episodes in lock-step with `policy` or `model` (one of them) until all are done.
 
-    An episode also stops when its completion would exceed `max_episode_tokens` or after `max_turns`
-    turns; envs that support it are then ended with `env.truncate()` (DriftCallEnv: a timeout).
+    `generation` (with `overrides`, any `GenerationSpec` field by name) sets the decoding. An episode also stops
+    when its completion would exceed `max_episode_tokens` or after `max_turns` turns; envs that support it are then
+    ended with `env.truncate()` (DriftCallEnv: a timeout).
     """
+    spec = generation.with_overrides(**overrides)
     if (policy is None) == (model is None):
         raise ValueError("pass exactly one of policy= (scripted) or model= (batched generation)")
     if model is not None and tokenizer is None:
@@ -201,17 +224,17 @@ def rollout_batch(
     t0 = time.perf_counter()
     runs = _start(envs, seeds, pieces, system_prompt_fn, goal_fn)
     generated = 0
-    for _ in range(max_turns):
+    for _ in range(spec.max_turns):
         active = [r for r in runs if not r.done]
         if not active:
             break
-        budgets = [max_episode_tokens - len(r.completion) for r in active]
+        budgets = [spec.max_episode_tokens - len(r.completion) for r in active]
         if policy is not None:
             texts = [str(policy.act(r.obs, tuple(r.messages))) for r in active]
             ids = [[*pieces.encode(t), pieces.stop_ids[0]] for t in texts] if pieces else [[] for _ in texts]
         else:
             ids = _generate(model, pieces, [r.prompt_ids + r.completion for r in active],
-                            [max(1, min(max_new_tokens_per_turn, b)) for b in budgets], temperature, top_p, greedy)
+                            [max(1, min(spec.max_new_tokens_per_turn, b)) for b in budgets], spec)
             texts = [tokenizer.decode(t, skip_special_tokens=True) for t in ids]
             generated += sum(len(t) for t in ids)
         for run, text, new, budget in zip(active, texts, ids, budgets, strict=True):
@@ -267,17 +290,15 @@ def make_rollout_group_fn(
     *,
     system_prompt_fn: Callable[[Any, Any], str] = default_system_prompt,
     render_observation: Callable[[Any], str] = default_render_observation,
-    max_new_tokens_per_turn: int = 64,
-    max_episode_tokens: int = 1024,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    greedy: bool = False,
-    max_turns: int = 64,
+    generation: GenerationSpec = GenerationSpec(),
+    **overrides: Any,
 ) -> Callable[..., tuple[tuple[Any, ...], tuple[TrajectoryTokens, ...]]]:
-    """A `RolloutGroupFn` for the trainer: G fresh envs, same seed, same goal, one batched rollout.
+    """A `RolloutGroupFn` for the trainer: G fresh envs, same seed, same goal, one batched rollout with
+    `generation` (and `overrides`, `GenerationSpec` fields by name).
 
     Keep `temperature` equal to the GRPOConfig's: TRL scores log-probs at that temperature.
     """
+    spec = generation.with_overrides(**overrides)
 
     def rollout_group(*, model: Any, tokenizer: Any, goal: Any, episode_seed: int, num_generations: int,
                       env_factory: Callable[[], Any]) -> tuple[tuple[Any, ...], tuple[TrajectoryTokens, ...]]:
@@ -285,9 +306,7 @@ def make_rollout_group_fn(
         result = rollout_batch(
             envs, [episode_seed] * num_generations, model=model, tokenizer=tokenizer,
             system_prompt_fn=system_prompt_fn, goal_fn=lambda env, obs: goal,
-            render_observation=render_observation, max_new_tokens_per_turn=max_new_tokens_per_turn,
-            max_episode_tokens=max_episode_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
-            max_turns=max_turns,
+            render_observation=render_observation, generation=spec,
         )
         assert result.trajectories is not None  # a tokenizer was given
         return result.episodes, result.trajectories
@@ -297,7 +316,4 @@ def make_rollout_group_fn(
 
 def rollout_group_fn_for_profile(profile: Any, **callables: Any) -> Callable[..., Any]:
     """`make_rollout_group_fn` with the profile's generation knobs (callables: system_prompt_fn, ...)."""
-    return make_rollout_group_fn(
-        max_new_tokens_per_turn=profile.max_new_tokens_per_turn, max_episode_tokens=profile.max_episode_tokens,
-        temperature=profile.temperature, top_p=profile.top_p, **callables,
-    )
+    return make_rollout_group_fn(generation=GenerationSpec.for_profile(profile), **callables)

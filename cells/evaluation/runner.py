@@ -45,6 +45,7 @@ class EvalSpec:
     sampled_temperature: float
     max_new_tokens_per_turn: int
     max_episode_tokens: int
+    turn_budgets: tuple[int, ...] | None = None  # per stage; None: the env's defaults
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,6 +73,7 @@ def make_spec(profile: Any, cases: tuple[EvalCase, ...], sampled_trials: int | N
         sampled_temperature=SAMPLED_TEMPERATURE,
         max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
         max_episode_tokens=profile.max_episode_tokens,
+        turn_budgets=tuple(profile.turn_budgets),
     )
 
 
@@ -84,20 +86,32 @@ def check_same_spec(baseline: dict[str, Any], final: dict[str, Any]) -> None:
             )
 
 
-def env_for_case(case: EvalCase) -> Any:
+def env_for_case(case: EvalCase, turn_budgets: Sequence[int] | None = None) -> Any:
+    """A fresh env for `case`: its stage, only its language, the stage's budget from `turn_budgets` (a profile's
+    or a spec's) or else the env's default."""
     from cells.step_10_env import DriftCallEnv
 
-    return DriftCallEnv(case.stage, {case.language: 1.0})
+    return DriftCallEnv(case.stage, {case.language: 1.0},
+                        max_turns=None if turn_budgets is None else turn_budgets[case.stage - 1])
+
+
+def play_greedy(model: Any, tokenizer: Any, cases: Sequence[EvalCase], profile: Any) -> Any:
+    """One greedy batched rollout (`RolloutResult`) of `model` over `cases` with the profile's generation knobs and
+    turn budgets: the probe's, the export check's and `diagnose`'s play."""
+    from cells.agent.rollout import GenerationSpec, rollout_batch
+
+    return rollout_batch([env_for_case(c, profile.turn_budgets) for c in cases], [c.seed for c in cases], model=model,
+                         tokenizer=tokenizer, generation=GenerationSpec.for_profile(profile, greedy=True))
 
 
 def run_scripted(name: str, policy_factory: Callable[[], Any], cases: Sequence[EvalCase],
-                 trial: int = 0) -> list[EvalRecord]:
+                 trial: int = 0, turn_budgets: Sequence[int] | None = None) -> list[EvalRecord]:
     """Play each case with a fresh scripted policy; returns one record per case."""
     from cells.step_11_agent import play_episode
 
     records = []
     for case in cases:
-        episode, rewards = play_episode(env_for_case(case), policy_factory(), seed=case.seed)
+        episode, rewards = play_episode(env_for_case(case, turn_budgets), policy_factory(), seed=case.seed)
         records.append(record_from_episode(name, trial, episode, rewards))
     return records
 
@@ -107,16 +121,17 @@ def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], 
               on_batch: Callable[[Any], None] | None = None) -> list[EvalRecord]:
     """Play each case with the model through the batched rollout driver (same prompts as training);
     `bar` (a progress bar) advances by each finished batch; `on_batch` gets each batch's `RolloutResult`."""
-    from cells.agent.rollout import rollout_batch
+    from cells.agent.rollout import GenerationSpec, rollout_batch
     from cells.step_08_rewards import rewards_of
 
     records = []
     for start in range(0, len(cases), batch_size):
         chunk = cases[start:start + batch_size]
         result = rollout_batch(
-            [env_for_case(c) for c in chunk], [c.seed for c in chunk], model=model, tokenizer=tokenizer,
-            max_new_tokens_per_turn=spec.max_new_tokens_per_turn, max_episode_tokens=spec.max_episode_tokens,
-            temperature=spec.sampled_temperature, greedy=greedy,
+            [env_for_case(c, spec.turn_budgets) for c in chunk], [c.seed for c in chunk], model=model, tokenizer=tokenizer,
+            generation=GenerationSpec(max_new_tokens_per_turn=spec.max_new_tokens_per_turn,
+                                      max_episode_tokens=spec.max_episode_tokens,
+                                      temperature=spec.sampled_temperature, greedy=greedy),
         )
         records.extend(record_from_episode(name, trial, ep, rewards_of(ep)) for ep in result.episodes)
         if on_batch is not None:
@@ -134,7 +149,7 @@ def evaluate(name: str, spec: EvalSpec, *, policy_factory: Callable[[], Any] | N
     if (policy_factory is None) == (model is None):
         raise ValueError("evaluate() takes exactly one of policy_factory= or model=")
     if policy_factory is not None:
-        greedy = run_scripted(name, policy_factory, spec.cases)
+        greedy = run_scripted(name, policy_factory, spec.cases, turn_budgets=spec.turn_budgets)
         # Scripted policies and the env are deterministic: every sampled trial repeats trial 0.
         sampled = [dataclasses.replace(r, trial=t) for t in range(spec.sampled_trials) for r in greedy]
         return greedy, sampled

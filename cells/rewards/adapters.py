@@ -21,7 +21,6 @@ from cells.step_04_models import Booking, Constraint, DriftEvent
 from cells.step_05_vendors import DEFAULT_FLAGS, TOOLS
 from cells.step_06_drift import pattern_by_id
 from cells.step_07_tasks import LANGUAGE_SCRIPT, REQUIRED_SLOTS, SLOT_TO_DETAIL, check_constraint, script_of
-from cells.tasks.i18n import SCRIPT_RANGES
 
 from .common import is_specific, norm_text
 
@@ -107,20 +106,6 @@ def evidence_for(events: Iterable[DriftEvent], patterns: PatternLookup | None) -
 OPS: dict[str, Callable[[Any, Any], bool]] = {
     "le": lambda a, v: a <= v, "ge": lambda a, v: a >= v, "eq": lambda a, v: a == v, "in": lambda a, v: a in v,
 }
-
-
-def letter_shares(text: str) -> dict[str, float]:
-    """Share of letters per script (latin, devanagari, tamil, kannada); combining marks count."""
-    counts = dict.fromkeys(("latin", *(name for name, _, _ in SCRIPT_RANGES)), 0)
-    for ch in text:
-        if ch.isascii() and ch.isalpha():
-            counts["latin"] += 1
-            continue
-        for script, lo, hi in SCRIPT_RANGES:
-            if lo <= ord(ch) <= hi:
-                counts[script] += 1
-    total = sum(counts.values())
-    return {k: (v / total if total else 0.0) for k, v in counts.items()}
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from cells.step_04_models import Booking, Episode, TerminatedBy
+from cells.tasks.i18n import script_counts, script_share
 
-from .adapters import OPS, DriftEvidence, TaskRules, letter_shares
+from .adapters import OPS, DriftEvidence, TaskRules
 from .common import (
     actions_by_turn,
     contains_token,
@@ -124,10 +125,10 @@ def message_in_language(text: str, language: str, rules: TaskRules) -> tuple[boo
     expected = rules.language_script.get(language, "latin")
     found = rules.script_of(text)
     if found == expected == "latin":  # step 7 names a mostly-Latin text "latin"; romanised means no other script
-        return all(share == 0.0 for script, share in letter_shares(text).items() if script != "latin"), found
+        return set(script_counts(text)) <= {"latin"}, found
     if found == expected:
         return True, found
-    ok = found == "mixed" and expected != "latin" and letter_shares(text).get(expected, 0.0) >= MIN_SCRIPT_SHARE
+    ok = found == "mixed" and expected != "latin" and script_share(text, expected) >= MIN_SCRIPT_SHARE
     return ok, found
 
 

@@ -85,6 +85,13 @@ def script_counts(text: str) -> dict[str, int]:
     return counts
 
 
+def script_share(text: str, script: str) -> float:
+    """Share of `text`'s letters (as `script_counts` counts them) in `script`; 0.0 for text without letters."""
+    counts = script_counts(text)
+    total = sum(counts.values())
+    return counts.get(script, 0) / total if total else 0.0
+
+
 def script_of(text: str) -> str:
     """"devanagari" | "tamil" | "kannada" | "latin" | "mixed".
 

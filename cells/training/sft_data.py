@@ -4,7 +4,7 @@
   `(stage, count, language_weights)` of the plan (the profile's languages per stage reach the data);
   the episodes are interleaved by stage, so a prefix of the list is already a stage mix.
 - Search drills (`search_drills` per conversation, a profile knob): the start of a further fresh expert
-  episode up to and including its search call (`cells.agent.policies.base.SEARCH_TOOLS`), with the system
+  episode up to and including its search call (`cells.step_04_models.GOAL_SEARCH_TOOLS`), with the system
   prompt cut to its last line, the caller's time (`cells.agent.prompt.format_now`). Why: held-out searches of
   the cpu-learn warm start got a goal slot wrong in 43 of 64 calls (month, city, cab place; `python -m cells
   diagnose`), and mapping the spoken slot to its canonical value is learnt only at that one turn of a ~800-token
@@ -48,6 +48,7 @@ class EpisodePlanItem:
     language_weights: tuple[tuple[str, float], ...]
     seed: int  # first training-seed index of this item (disjoint blocks per stage)
     search_drills: float = 0.0
+    max_turns: int | None = None  # the profile's turn budget for the stage (None: the env's default)
 
     @property
     def drills(self) -> int:
@@ -60,9 +61,9 @@ Messages = list[dict[str, str]]
 def is_search_call(text: str) -> bool:
     """Whether an (expert, hence valid) action text calls a domain's search tool."""
     from cells.actions import parse_action
-    from cells.agent.policies.base import SEARCH_TOOLS
+    from cells.step_04_models import GOAL_SEARCH_TOOLS
 
-    return parse_action(text).tool_name in SEARCH_TOOLS.values()
+    return parse_action(text).tool_name in GOAL_SEARCH_TOOLS.values()
 
 
 def search_drill(env: Any, seed: int) -> Messages | None:
@@ -85,7 +86,7 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_10_env import DriftCallEnv
 
-    env = DriftCallEnv(item.stage, dict(item.language_weights))
+    env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns)
     found: dict[str, list[Messages]] = {"conversations": [], "drills": []}
     for kind, want, start in (("conversations", item.count, item.seed),
                               ("drills", item.drills, item.seed + DRILL_SEED_OFFSET)):

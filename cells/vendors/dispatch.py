@@ -26,7 +26,7 @@ from cells.step_04_models import (
 from . import airline, cab, hotel, payment, restaurant
 from .errors import ErrorCode, VendorError
 from .registry import Tool, check_schema
-from .world import World
+from .world import DEFAULT_FLAGS, World
 
 TOOLS: dict[str, Tool] = {t.name: t for m in (airline, cab, restaurant, hotel, payment) for t in m.TOOLS}
 TOOL_NAMES: tuple[str, ...] = tuple(TOOLS)
@@ -105,6 +105,13 @@ def tool_docs(world: World, domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:
     for d in domains:
         _check_domain(d)
     return _docs_for(tuple(domains), canonical_json([world.flags[d] for d in domains]))
+
+
+def default_tool_docs(domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:
+    """`tool_docs` of a fresh world (every flag at its default, as at an episode's reset), without building one."""
+    for d in domains:
+        _check_domain(d)
+    return _docs_for(tuple(domains), canonical_json([DEFAULT_FLAGS[d] for d in domains]))
 
 
 @functools.lru_cache(maxsize=256)

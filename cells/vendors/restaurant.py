@@ -17,7 +17,15 @@ from .common import booking_view, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
 from .registry import Arg, Tool, payment_args
-from .world import World, commit_booking, goal_constraint, goal_slot_matches, memo_listings, norm
+from .world import (
+    DEFAULT_FLAGS,
+    World,
+    commit_booking,
+    goal_constraint,
+    goal_slot_matches,
+    memo_listings,
+    norm,
+)
 
 DISHES = {
     "veg": ("Masala Dosa", "Paneer Butter Masala", "Veg Biryani", "Chole Bhature", "Dal Makhani",
@@ -56,8 +64,9 @@ def _plant_goal_options(world: World, places: list[dict[str, Any]], rng: Any) ->
     tag = diet if diet in DIETS else "veg"
     budget = goal_constraint(goal, "total_inr", "le") or 1400
     k = planted_dish_count(goal)
-    # at least ₹200 for k dishes (the pre-drift ₹199 minimum), at most DISH_PRICE_CAP_INR a dish
-    price = min(DISH_PRICE_CAP_INR, max(-(-200 // k), (budget - slack_inr(budget) - rng.randint(20, 80)) // k))
+    # k dishes clear the pre-drift minimum order, at most DISH_PRICE_CAP_INR a dish
+    floor = DEFAULT_FLAGS["restaurant"]["min_order_inr"] + 1
+    price = min(DISH_PRICE_CAP_INR, max(-(-floor // k), (budget - slack_inr(budget) - rng.randint(20, 80)) // k))
     anchor = [{"name": n, "price_inr": price + 10 * i, "tag": tag} for i, n in enumerate(DISHES[tag][:3])]
     egg = {"name": "Egg Roll", "price_inr": max(60, price - 20), "tag": "egg"}  # the cheapest dish
     taken = {d["name"] for d in anchor}

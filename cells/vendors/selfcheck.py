@@ -1,13 +1,36 @@
-"""A scripted search-then-book per domain, used by step 5's `run` and by tests as a smoke path."""
+"""A scripted search-then-book per domain on a hand-built goal (`sample_goal`), used by step 5's `run` and by
+tests as a smoke path; step 7 generates the real goals."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import ToolResult
+from cells.step_04_models import Constraint, GoalSpec, ToolResult, UserFacts
 
 from .dispatch import dispatch
 from .world import World, new_world
+
+_SAMPLE_SLOTS: dict[str, dict[str, Any]] = {
+    "airline": {"from": "HYD", "to": "BLR", "date": "2026-05-02", "passengers": 2},
+    "cab": {"city": "BLR", "pickup": "BLR:KORAMANGALA", "drop": "BLR:AIRPORT", "pickup_time": "2026-05-02T08:30"},
+    "restaurant": {"city": "BLR", "diet": "veg", "party_size": 2},
+    "hotel": {"city": "GOI", "check_in": "2026-05-02", "check_out": "2026-05-04", "rooms": 1},
+}
+_SAMPLE_BUDGET = {"airline": 14000, "cab": 1500, "restaurant": 1500, "hotel": 12000}
+
+
+def sample_goal(domain: str, seed: int = 7, budget: int | None = None, slots: dict[str, Any] | None = None,
+                constraints: tuple[Constraint, ...] = (), **user: Any) -> GoalSpec:
+    """A hand-built GoalSpec for the self-check and tests (step 7 generates the real ones)."""
+    names = ("Asha Rao", "Vikram Rao", "Meera Iyer", "Ravi Kumar")
+    base = _SAMPLE_SLOTS[domain]
+    merged = {**base, **(slots or {})}
+    pax = int(merged.get("passengers", 1))
+    facts = UserFacts(**{"passenger_names": names[:pax], "mfa_code": "482913", **user})
+    cons = (Constraint("total_inr", "le", budget or _SAMPLE_BUDGET[domain]), *constraints)
+    return GoalSpec(goal_id=f"sample-{domain}-{seed}", seed=seed, stage=1, template_id=f"sample_{domain}",
+                    domain=domain, intent="book", slots=merged, constraints=cons, language="en",
+                    seed_utterance=f"Please book this {domain} for me.", user=facts, now="2026-05-01T10:00:00+05:30")
 
 
 def call(world: World, tool: str, args: dict[str, Any], turn: int = 1) -> tuple[ToolResult, World]:
@@ -54,8 +77,6 @@ def book_cheapest(world: World, mfa_code: str | None = None, **extra: Any) -> tu
 
 def smoke() -> list[tuple[str, str]]:
     """(domain, summary) after booking the cheapest option of a sample goal in each domain."""
-    from cells.step_05_vendors import sample_goal
-
     out = []
     for domain in ("airline", "cab", "restaurant", "hotel"):
         result, _ = book_cheapest(new_world(sample_goal(domain), seed=7))

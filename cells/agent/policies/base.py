@@ -18,7 +18,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from cells.actions import format_action
 from cells.errors import DriftCallError
-from cells.step_04_models import ActionType, Constraint, DriftCallAction, DriftCallObservation, GoalSpec
+from cells.step_04_models import (
+    ActionType,
+    Constraint,
+    DriftCallAction,
+    DriftCallObservation,
+    GoalSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -91,10 +97,6 @@ def submit(message: str, confidence: float) -> str:
 
 def abort(message: str | None = None) -> str:
     return text_of(DriftCallAction(ActionType.ABORT, message=message))
-
-
-SEARCH_TOOLS: dict[str, str] = {"airline": "airline.search", "cab": "cab.estimate",
-                                "restaurant": "restaurant.search", "hotel": "hotel.search"}
 
 
 def search_args(goal: GoalReader) -> dict[str, Any]:

@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import GOAL_WRITE_TOOLS, DriftCallObservation, ToolResult, UserMessage
+from cells.step_04_models import (
+    GOAL_SEARCH_TOOLS,
+    GOAL_WRITE_TOOLS,
+    DriftCallObservation,
+    ToolResult,
+    UserMessage,
+)
 from cells.tasks.i18n import money
 
 from . import phrases
 from .base import (
-    SEARCH_TOOLS,
     GoalReader,
     Memory,
     PolicyNotResetError,
@@ -119,7 +124,7 @@ class ExpertPolicy:
                 self.scope = str(r.response["supported_scope"])
             else:
                 self.stuck = True
-        elif r.tool_name == SEARCH_TOOLS[domain]:
+        elif r.tool_name == GOAL_SEARCH_TOOLS[domain]:
             if r.ok:
                 self.search = dict(r.response)
                 floor = next((p.get("min_order_inr") for p in r.response.get("restaurants", [])), None)
@@ -266,7 +271,7 @@ class ExpertPolicy:
         if self.token is None:
             return self._call("payment.get_token", {"scope": self.scope})
         if self.search is None:
-            return self._call(SEARCH_TOOLS[self.goal.domain], search_args(self.goal))
+            return self._call(GOAL_SEARCH_TOOLS[self.goal.domain], search_args(self.goal))
         return self._write()
 
     def _question(self, lang: str) -> str | None:
