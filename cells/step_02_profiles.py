@@ -305,12 +305,15 @@ PROFILES: dict[str, Profile] = {
         # (hidden 96, 3 layers) trained ~1.8x faster per token than hidden 128 / 4 layers and learned more in 25 min.
         tiny=TinyModelRecipe(vocab_size=4096, hidden_size=96, intermediate_size=192, num_hidden_layers=3,
                              num_attention_heads=2, num_key_value_heads=1, head_dim=48),
-        learning_rate=2e-4,  # LoRA on the warm-started base; 3e-4+ risks undoing the warm start in a few steps
+        # GRPO's LoRA on the warm-started base. The warm start ends confident (SFT loss ~0.006, sampled entropy ~0.04
+        # nats a token): at 2e-4 the policy never left it (KL < 0.001 after 195 steps, greedy play unchanged); from
+        # the same warm start, 2e-3 with 15/90/90 steps gave +5.6 pts held-out success [+1.1, +11.1] (drifted +8.3).
+        learning_rate=2e-3,
         # An expert airline.book with several passengers, or a submit citing a drift, is up to ~77 tokens
         # (p99 69 over 1,551 expert turns): a 64-token cap truncated exactly the turns that book.
         max_new_tokens_per_turn=96,
         max_episode_tokens=1024,  # expert episodes are ~400-900 tokens with the merged-JSON tokenizer; caps looping rollouts
-        steps_per_stage=(15, 15, 15),
+        steps_per_stage=(15, 90, 90),  # stage 1 is ~90% solved by the warm start; drift (stages 2-3) is where it fails
         # G=8: GRPO learns only from groups whose episodes earn different rewards, and a failed episode earns
         # exactly 0; at success p an all-fail group has probability (1-p)^G (p=0.3: 24% at G=4, 6% at G=8).
         num_generations=8,

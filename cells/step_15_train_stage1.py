@@ -30,8 +30,8 @@ Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_
 Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"|"stage1_signal"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
-Time: cpu-smoke ~1 min; cpu-learn: copy pretraining ~2 min + warm start ~22 min (it prints its training tokens/s), GRPO stage 1
-a few minutes; colab-t4 ~1 h (estimate).
+Time: cpu-smoke ~1 min; cpu-learn: copy pretraining ~2.4 min + expert data ~4 min + warm start ~26 min (it prints its training
+tokens/s) + 4 held-out checkpoints ~2 min, GRPO stage 1 under a minute; colab-t4 ~1 h (estimate).
 
 `build_stage_trainer` is the single place that wires the env, expert and trainer classes;
 steps 16 and 17 call it too.
@@ -318,7 +318,7 @@ def run(ctx: Context) -> Context:
     result = warm_start(ctx)
     first = f"{result.losses[0]:.3f}" if result.losses else "-"
     last = f"{result.losses[-1]:.3f}" if result.losses else "-"
-    print(f"[warm start] {result.examples} conversations, {result.steps} steps, loss {first} -> {last}")
+    print(f"[warm start] {result.examples:,} examples, {result.steps:,} steps, loss {first} -> {last}")
     save_warm_start_summary(ctx, result, evaluate_warm_start(ctx))
     run_context_stage(ctx, STAGE, build_stage_trainer)
     return ctx

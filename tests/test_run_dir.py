@@ -225,3 +225,20 @@ def test_cli_passes_fresh_through(monkeypatch):
     assert main(["run", "--profile", "cpu-smoke", "--steps", "2", "--fresh"]) == 0
     assert seen == {"profile": "cpu-smoke", "steps": "2", "fresh": True}
     assert main(["run", "--steps", "2"]) == 0 and seen["fresh"] is False
+
+
+def test_a_knob_added_later_at_its_default_does_not_refuse_an_older_checkpoint(tmp_path):
+    """A sidecar written before `turn_budgets` and `sft_search_drills` existed is reused while this run keeps them at
+    their defaults (what the code did then), and refused once one of them moves."""
+    knobs = stage_knobs(SMOKE, 1)
+    older = {k: v for k, v in knobs.items() if k not in ("turn_budgets", "sft_search_drills")}
+    kw = {"metrics_path": tmp_path / "m.csv", "profile_name": "cpu-smoke", "resolved_profile": SMOKE.to_dict()}
+    first = run_stage(1, grpo_factory(2), tmp_path / "stage1", None, 2, knobs=older, **kw)
+    assert "turn_budgets" not in read_meta(first.checkpoint).knobs
+    same = CountingFactory(2)
+    again = run_stage(1, same, tmp_path / "stage1", None, 2, knobs=knobs, **kw)
+    assert again.trained_steps == 0 and same.calls == 0
+    moved = stage_knobs(dataclasses.replace(SMOKE, turn_budgets=(8, 12, 20)), 1)
+    with pytest.raises(RunDirMismatchError) as info:
+        run_stage(1, CountingFactory(2), tmp_path / "stage1", None, 2, knobs=moved, **kw)
+    assert set(info.value.differences) == {"turn_budgets"}

@@ -11,10 +11,12 @@ seeds as the contrast, so a broken warm start (labels, masks, collator, template
 Measured with this procedure (2 shared cores, seed 1234, digits-split tokenizer, labelled-positions loss),
 untrained -> warm-started on the 8 held-out seeds: valid-action share 0.00 -> 0.95, share of tool calls the env
 answered `ok` 0.00 -> 0.98, SFT loss 8.66 -> 4.67, held-out stage-1 success 0 -> 0 (no booking). Stage-1 success
-is not asserted because no warm start on this machine reaches it yet: the full cpu-learn warm start (24,000
-episodes, ~19 min) also ends at 0%, and `python -m cells diagnose` shows why (none of its booking calls carries
-the payment token the gateway issued in that episode: it does not copy strings out of tool results). When
-a warm start books, add the success threshold here.
+is not asserted because nothing that fits in ~2 minutes here reaches it: a never-pretrained model first needs
+copy pretraining (`cells.training.induction`, ~1,700 steps / ~2.4 min before the loss drops) to copy the payment
+token and ids out of tool results, and then ~15 minutes of SFT; the cpu-learn run's held-out checkpoints were
+20% / 28% / 67% / 92% success at 6 / 12 / 18 / 22 minutes of SFT (README, "The learning run"), 3.3% at 2.7 min of
+SFT after copy pretraining in a shorter run. `tests/test_step_15_train_stage1.py` covers the copy pretraining and
+search drills that make it book.
 """
 
 from __future__ import annotations

@@ -243,12 +243,30 @@ def knob_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -
     }
 
 
+def default_knobs() -> dict[str, Any]:
+    """Every knob at `Profile`'s default, flat as `stage_knobs` writes them."""
+    from cells.step_02_profiles import Profile
+
+    return stage_knobs(Profile(), 1)
+
+
+def added_at_default(differences: dict[str, tuple[Any, Any]]) -> set[str]:
+    """Knobs the sidecar never recorded (added to `Profile` after it was written) that this run leaves at their
+    default: the default is what the code did before the knob existed, so they change nothing."""
+    from cells.step_04_models import canonical_json
+
+    defaults = default_knobs()
+    return {k for k, (old, new) in differences.items()
+            if old is _MISSING and k in defaults and canonical_json(defaults[k]) == canonical_json(new)}
+
+
 def check_reusable(path: str | Path, knobs: dict[str, Any], what: str) -> CheckpointMeta:
     """Return `path`'s sidecar if it was produced with exactly `knobs`; else raise `RunDirMismatchError`.
 
     Reads only the small JSON sidecar, never weights, so a run dir of another profile (other
     tensor shapes) is refused before peft could fail on it. A sidecar without recorded knobs
-    (written before provenance existed) or no sidecar at all is refused the same way.
+    (written before provenance existed) or no sidecar at all is refused the same way. A knob added to
+    `Profile` after the sidecar was written counts as unchanged while this run leaves it at its default.
     """
     meta_path = Path(path) / META_NAME
     if not meta_path.is_file():
@@ -261,6 +279,10 @@ def check_reusable(path: str | Path, knobs: dict[str, Any], what: str) -> Checkp
         raise RunDirMismatchError(Path(path), what, {}, reason=f"its {META_NAME} predates recorded settings "
                                   f"(profile {meta.profile!r}), so they cannot be compared")
     differences = knob_differences(meta.knobs, knobs)
+    unchanged = added_at_default(differences)
+    if differences and set(differences) == unchanged:
+        return meta
+    differences = {k: v for k, v in differences.items() if k not in unchanged}
     if not differences:  # same values, stale digest algorithm: still not provably the same run
         differences = {"knobs_digest": (meta.knobs_digest, knobs_digest(knobs))}
     raise RunDirMismatchError(Path(path), what, differences)
