@@ -4,8 +4,8 @@ System prompt = the seed's pinned concierge prompt + the action format + the ava
 their argument docs as they were at reset (DESIGN §8) + the caller's local time at the start of the call.
 The time is there because users name dates without a year ("22 January") and the APIs take ISO dates:
 without it a January date asked in December is unanswerable. It is the last line, right before the
-utterance, so a short training example (`cells.training.sft_data`'s search drills) can keep exactly that tail. Turn 0 is exactly two messages: that system
-prompt and the user's utterance. Every later environment response is one user-role message (Gemma
+utterance, so a short training example (`cells.training.sft_data`'s search drills) can keep exactly that
+tail. Turn 0 is exactly two messages: that system prompt and the user's utterance. Every later environment response is one user-role message (Gemma
 templates have no tool role) made of prefixed lines, compact JSON, `ensure_ascii=False`:
 
     [tool_result] {"tool":"airline.search","status":"ok","flights":[...]}
