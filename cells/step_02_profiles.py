@@ -35,6 +35,13 @@ class ProfileError(DriftCallError, ValueError):
     """An unknown profile name or an inconsistent set of knobs."""
 
 
+def _stage_index(stage: int) -> int:
+    """The index of curriculum stage 1, 2 or 3 in a per-stage knob; `ProfileError` for any other stage."""
+    if stage not in (1, 2, 3):
+        raise ProfileError(f"stage must be 1, 2 or 3, got {stage}")
+    return stage - 1
+
+
 @dataclass(frozen=True)
 class SeedRange:
     """A half-open range of episode seeds reserved for one purpose."""
@@ -208,15 +215,11 @@ class Profile:
 
     def turn_budget(self, stage: int) -> int:
         """Turns an episode of curriculum stage 1, 2 or 3 may take."""
-        if stage not in (1, 2, 3):
-            raise ProfileError(f"stage must be 1, 2 or 3, got {stage}")
-        return self.turn_budgets[stage - 1]
+        return self.turn_budgets[_stage_index(stage)]
 
     def languages_for_stage(self, stage: int) -> dict[str, float]:
         """Language sampling weights for curriculum stage 1, 2 or 3."""
-        if stage not in (1, 2, 3):
-            raise ProfileError(f"stage must be 1, 2 or 3, got {stage}")
-        return dict(self.language_weights[stage - 1])
+        return dict(self.language_weights[_stage_index(stage)])
 
     @property
     def is_cpu(self) -> bool:

@@ -93,18 +93,36 @@ def expert_conversations(n: int, stage: int = 1, seed: int = 0, language_weights
     Episodes the expert failed (reward < `min_reward`) are skipped so the warm start only imitates
     success. `tokenizer` is accepted for step 15's call and unused: rendering is text-level.
     """
-    from cells.agent.policies.expert import ExpertPolicy
-    from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_10_env import DriftCallEnv
 
     env = DriftCallEnv(stage, language_weights)
+    return collect_expert(n, seed, lambda s: successful_conversation(env, s, min_reward))
+
+
+def successful_conversation(env: Any, seed: int, min_reward: float) -> list[dict[str, str]] | None:
+    """The expert's conversation on `seed`, or None when its episode earned less than `min_reward`."""
+    from cells.agent.policies.expert import ExpertPolicy
+
+    messages = conversation(env, ExpertPolicy(), seed)
+    return messages if env.rewards().reward >= min_reward else None
+
+
+def collect_expert(n: int, start: int, make: Callable[[int], list[dict[str, str]] | None],
+                   what: str = "conversations", on_found: Callable[[], object] | None = None
+                   ) -> list[list[dict[str, str]]]:
+    """`n` results of `make(seed)` that are not None, over consecutive training seeds from index `start`
+    (`TRAIN_SEEDS.seed`); `on_found` is called for each. Raises `PlayError` when the expert fails too often."""
+    from cells.step_02_profiles import TRAIN_SEEDS
+
     out: list[list[dict[str, str]]] = []
-    index = seed
+    index = start
     while len(out) < n:
-        if index - seed > 4 * n + 100:
-            raise PlayError(f"expert failed too often: {len(out)} of {n} conversations after {index - seed} seeds")
-        messages = conversation(env, ExpertPolicy(), TRAIN_SEEDS.seed(index))
+        if index - start > 4 * n + 100:
+            raise PlayError(f"expert failed too often: {len(out)} of {n} {what} after {index - start} seeds")
+        messages = make(TRAIN_SEEDS.seed(index))
         index += 1
-        if env.rewards().reward >= min_reward:
+        if messages is not None:
             out.append(messages)
+            if on_found is not None:
+                on_found()
     return out

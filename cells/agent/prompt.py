@@ -5,8 +5,9 @@ their argument docs as they were at reset (DESIGN §8) + the caller's local time
 The time is there because users name dates without a year ("22 January") and the APIs take ISO dates:
 without it a January date asked in December is unanswerable. It is the last line, right before the
 utterance, so a short training example (`cells.training.sft_data`'s search drills) can keep exactly that
-tail. Turn 0 is exactly two messages: that system prompt and the user's utterance. Every later environment response is one user-role message (Gemma
-templates have no tool role) made of prefixed lines, compact JSON, `ensure_ascii=False`:
+tail. Turn 0 is exactly two messages: that system prompt and the user's utterance. Every later environment
+response is one user-role message (Gemma templates have no tool role) made of prefixed lines, compact JSON,
+`ensure_ascii=False`:
 
     [tool_result] {"tool":"airline.search","status":"ok","flights":[...]}
     [user] हाँ, बजट 500 रुपये बढ़ा सकते हैं
@@ -69,10 +70,10 @@ def tools_for_goal(goal: GoalSpec) -> tuple[ToolDoc, ...]:
 def system_prompt_for(goal: Any = None, tools: tuple[ToolDoc, ...] | None = None, now: str | None = None) -> str:
     """The system prompt for an episode: tool docs from `tools`, else from a real `GoalSpec`, else none
     (toy environments in tests have no vendors); the time from `now`, else from a real `GoalSpec`."""
-    real = isinstance(goal, GoalSpec)
-    if tools is None:
-        tools = tools_for_goal(goal) if real else ()
-    return build_system_prompt(tools, now if now is not None or not real else goal.now)
+    if isinstance(goal, GoalSpec):
+        tools = tools_for_goal(goal) if tools is None else tools
+        now = goal.now if now is None else now
+    return build_system_prompt(tools or (), now)
 
 
 def initial_messages(goal: Any, tools: tuple[ToolDoc, ...] | None = None) -> list[dict[str, str]]:

@@ -81,31 +81,14 @@ def search_drill(env: Any, seed: int) -> Messages | None:
 
 def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Messages]:
     """One plan item's conversations, with its drills spread evenly among them."""
-    from cells.agent.play import PlayError, conversation
-    from cells.agent.policies.expert import ExpertPolicy
-    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.agent.play import collect_expert, successful_conversation
     from cells.step_10_env import DriftCallEnv
 
     env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns)
-    found: dict[str, list[Messages]] = {"conversations": [], "drills": []}
-    for kind, want, start in (("conversations", item.count, item.seed),
-                              ("drills", item.drills, item.seed + DRILL_SEED_OFFSET)):
-        index = start
-        while len(found[kind]) < want:
-            if index - start > 4 * want + 100:
-                raise PlayError(f"expert failed too often: {len(found[kind])} of {want} {kind} after "
-                                f"{index - start} seeds")
-            seed = TRAIN_SEEDS.seed(index)
-            index += 1
-            if kind == "drills":
-                messages = search_drill(env, seed)
-            else:
-                messages = conversation(env, ExpertPolicy(), seed)
-                messages = messages if env.rewards().reward >= min_reward else None
-            if messages is not None:
-                found[kind].append(messages)
-                bar.update(1)
-    convs, drills = found["conversations"], found["drills"]
+    convs = collect_expert(item.count, item.seed, lambda seed: successful_conversation(env, seed, min_reward),
+                           on_found=bar.update)
+    drills = collect_expert(item.drills, item.seed + DRILL_SEED_OFFSET, lambda seed: search_drill(env, seed),
+                            what="drills", on_found=bar.update)
     keyed = [((i + 0.5) / len(convs), c) for i, c in enumerate(convs)]
     keyed += [((j + 0.5) / len(drills), d) for j, d in enumerate(drills)]
     return [m for _, m in sorted(keyed, key=lambda pair: pair[0])]

@@ -102,16 +102,18 @@ def describe_schema(world: World, domain: str) -> dict[str, Any]:
 
 def tool_docs(world: World, domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:
     """Agent-facing docs for every tool of `domains`, in TOOL_NAMES order."""
-    for d in domains:
-        _check_domain(d)
-    return _docs_for(tuple(domains), canonical_json([world.flags[d] for d in domains]))
+    return _docs_under(world.flags, domains)
 
 
 def default_tool_docs(domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:
     """`tool_docs` of a fresh world (every flag at its default, as at an episode's reset), without building one."""
+    return _docs_under(DEFAULT_FLAGS, domains)
+
+
+def _docs_under(flags: dict[str, dict[str, Any]], domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:
     for d in domains:
         _check_domain(d)
-    return _docs_for(tuple(domains), canonical_json([DEFAULT_FLAGS[d] for d in domains]))
+    return _docs_for(tuple(domains), canonical_json([flags[d] for d in domains]))
 
 
 @functools.lru_cache(maxsize=256)
