@@ -138,3 +138,4 @@ def test_stable_randomness_is_process_independent_values():
 def test_canonical_json_fast_path_is_byte_identical_to_json_dumps(parts):
     """Seeds and ids hash canonical_json of [int | str, ...]; its shortcut must not move any digest."""
     assert canonical_json(parts) == json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+

@@ -21,6 +21,7 @@ from cells.rewards.adapters import (
     default_tool_args,
     evidence_of,
 )
+from cells.rewards.penalty import CLAIM_LITERALS, CLAIM_VOCABULARY
 from cells.step_04_models import (
     ActionRecord,
     ActionType,
@@ -480,6 +481,20 @@ def test_reserved_arguments_nested_and_prefixed():
 def test_unfounded_change_claims_in_every_language(text):
     r = score(episode([say(0, text), submit(1, 0.0)]))
     assert codes(r) == ["unfounded_drift_claim"]
+
+
+CLAIM_ALPHABET = st.sampled_from(["changed", "new fee", "now requires", "drift", "nayi fee", "badal", "बदल",
+                                  "மாற்ற", "ಬದಲ", "policy update", "no longer", "x", " ", "e", "é", "ू", ".", "-"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(CLAIM_ALPHABET, max_size=12).map("".join))
+def test_claim_literals_never_hide_a_claim(text):
+    # the prefilter skips a message with none of CLAIM_LITERALS: that is only sound if every match of
+    # every pattern contains one of them
+    low = text.casefold()
+    if any(p.search(low) for p in CLAIM_VOCABULARY):
+        assert any(literal in low for literal in CLAIM_LITERALS), low
 
 
 def test_founded_claim_needs_observed_evidence_before_the_message():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
@@ -16,8 +17,6 @@ from cells.datamodel.codec import canonical_json
 
 def stable_digest(*parts: Any, size: int = 8) -> bytes:
     """blake2b digest of the canonical JSON of `parts`; identical in every process."""
-    import hashlib
-
     return hashlib.blake2b(canonical_json(list(parts)).encode("utf-8"), digest_size=size).digest()
 
 

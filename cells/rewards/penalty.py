@@ -63,15 +63,20 @@ RESERVED_ARGS: frozenset[str] = frozenset({
 })
 ID_KEY = re.compile(r"(^id$|_ids?$|^payment_token$)")
 WRITE_VERBS = ("book", "order", "cancel", "charge", "refund")
-CLAIM_VOCABULARY: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"\bchanged\b", r"\bupdated\b", r"\brevised\b", r"\bno longer\b", r"\bdrift",
-    r"\bnew (?:fee|charge|rule|policy|requirement|limit|surcharge|field|scope)s?\b",
-    r"\bnow (?:requires?|needs?|charges?|costs?)\b", r"\bpolicy (?:change|update)",
-    r"\bbadal", r"\bnay[ai]e? (?:fee|charge|rule|niyam)", r"\bchange ho",  # Hinglish
-    "बदल", "परिवर्तन", "नया शुल्क", "नई फीस", "नया नियम", "अपडेट",  # Hindi
-    "மாற்ற", "புதிய கட்டணம்", "புதிய விதி",  # Tamil
-    "ಬದಲ", "ಹೊಸ ಶುಲ್ಕ", "ಹೊಸ ನಿಯಮ",  # Kannada
-))
+# (a substring every match contains, the pattern). Most messages contain none of the substrings, and
+# `in` is ~20x cheaper than a search starting with \b, so the patterns run only on messages with one.
+_CLAIMS: tuple[tuple[str, str], ...] = (
+    ("changed", r"\bchanged\b"), ("updated", r"\bupdated\b"), ("revised", r"\brevised\b"),
+    ("no longer", r"\bno longer\b"), ("drift", r"\bdrift"),
+    ("new ", r"\bnew (?:fee|charge|rule|policy|requirement|limit|surcharge|field|scope)s?\b"),
+    ("now ", r"\bnow (?:requires?|needs?|charges?|costs?)\b"), ("policy ", r"\bpolicy (?:change|update)"),
+    ("badal", r"\bbadal"), ("nay", r"\bnay[ai]e? (?:fee|charge|rule|niyam)"), ("change ho", r"\bchange ho"),  # Hinglish
+    *((w, w) for w in ("बदल", "परिवर्तन", "नया शुल्क", "नई फीस", "नया नियम", "अपडेट")),  # Hindi
+    *((w, w) for w in ("மாற்ற", "புதிய கட்டணம்", "புதிய விதி")),  # Tamil
+    *((w, w) for w in ("ಬದಲ", "ಹೊಸ ಶುಲ್ಕ", "ಹೊಸ ನಿಯಮ")),  # Kannada
+)
+CLAIM_VOCABULARY: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for _, p in _CLAIMS)
+CLAIM_LITERALS: tuple[str, ...] = tuple(dict.fromkeys(literal for literal, _ in _CLAIMS))
 
 
 def _offence(code: OffenceCode, turn: int | None, **evidence: Any) -> dict[str, Any]:
@@ -96,16 +101,21 @@ class _Shown:
 
     def _fold(self, value: Any) -> None:
         """`scalars` and `keys_in` in one walk, straight into the sets (listings are large)."""
-        stack = [value]
+        stack, values = [value], self.values
         while stack:
             item = stack.pop()
-            if isinstance(item, dict):
-                self.keys.update(str(k) for k in item)
+            kind = type(item)  # exact types first: results are plain JSON, and this walk is the reward's hot loop
+            if kind is str:
+                values.add(item)
+            elif kind is int or kind is float:
+                values.add(str(item))
+            elif isinstance(item, dict):
+                self.keys.update(map(str, item))
                 stack.extend(item.values())
             elif isinstance(item, (list, tuple)):
                 stack.extend(item)
             elif isinstance(item, (str, int, float)) and not isinstance(item, bool):
-                self.values.add(str(item))
+                values.add(str(item))
 
 
 def _said_before(episode: Episode, turn: int) -> str:
@@ -162,6 +172,8 @@ def claim_offences(episode: Episode, evidence: Mapping[str, DriftEvidence]) -> l
     out: list[dict[str, Any]] = []
     for turn, action in user_messages_of(episode):
         text = (action.message or "").casefold()
+        if not any(literal in text for literal in CLAIM_LITERALS):
+            continue
         hit = next((m.group(0) for p in CLAIM_VOCABULARY if (m := p.search(text))), None)
         if hit is None:
             continue

@@ -24,15 +24,16 @@ MAX_ANSWERS = 3  # a user answers at most this many things in one breath
 
 
 @cache
-def _matchers() -> tuple[tuple[str, tuple[re.Pattern[str], ...], tuple[str, ...]], ...]:
-    """Per topic: whole-word regexes for Latin keywords, substrings for Indic ones."""
+def _matchers() -> tuple[tuple[str, tuple[str, ...], re.Pattern[str], tuple[str, ...]], ...]:
+    """Per topic: its Latin keywords, one regex matching any of them as a whole word, and its Indic
+    keywords (matched as substrings)."""
     table = phrases()["keywords"]
     out = []
     for topic in TOPICS:
         words = [nfc(str(w)).casefold() for w in table[topic]]
-        latin = tuple(re.compile(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])") for w in words if w.isascii())
-        indic = tuple(w for w in words if not w.isascii())
-        out.append((topic, latin, indic))
+        latin = tuple(w for w in words if w.isascii())
+        whole = re.compile("|".join(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])" for w in latin) or r"(?!)")
+        out.append((topic, latin, whole, tuple(w for w in words if not w.isascii())))
     return tuple(out)
 
 
@@ -40,8 +41,9 @@ def detect_topics(text: str) -> tuple[str, ...]:
     """Topics asked about in `text`, in `TOPICS` order (e.g. ("mfa", "budget"))."""
     low = nfc(text).casefold()
     found = []
-    for topic, latin, indic in _matchers():
-        if any(p.search(low) for p in latin) or any(w in low for w in indic):
+    for topic, latin, whole, indic in _matchers():
+        # a whole-word match is also a substring: the cheap `in` test decides most topics alone
+        if (any(w in low for w in latin) and whole.search(low) is not None) or any(w in low for w in indic):
             found.append(topic)
     return tuple(found)
 

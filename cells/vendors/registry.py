@@ -79,24 +79,28 @@ def _valid_date(value: str) -> bool:
     return True
 
 
+def _bad_type(arg: Arg) -> VendorError:
+    # built only when raised: the check runs on every argument of every call
+    return VendorError(ErrorCode.INVALID_FIELD_TYPE, field_name=arg.name, expected=arg.type)
+
+
 def _check_type(arg: Arg, value: Any) -> None:
-    bad_type = VendorError(ErrorCode.INVALID_FIELD_TYPE, field_name=arg.name, expected=arg.type)
     if arg.type == "int":
         if not isinstance(value, int) or isinstance(value, bool):
-            raise bad_type
+            raise _bad_type(arg)
         if value < 1:
             raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name=arg.name, expected="integer >= 1")
         return
     if arg.type.startswith("list"):
         if not isinstance(value, list):
-            raise bad_type
+            raise _bad_type(arg)
         inner = str if arg.type == "list[str]" else dict
         if not value or not all(isinstance(v, inner) and v != "" for v in value):
             raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name=arg.name,
                               expected=f"non-empty {arg.type}")
         return
     if not isinstance(value, str):
-        raise bad_type
+        raise _bad_type(arg)
     if not value.strip():
         raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name=arg.name, expected="non-empty string")
     if arg.type == "date" and not _valid_date(value):
