@@ -209,7 +209,8 @@ def print_policies(rows: list[Row]) -> bool:
 
 def main(argv: list[str]) -> int:
     """`bench env [--episodes N]` | `bench policies [--seeds N]` | `bench server [...]` (cells/bench_server.py)
-    | `bench train [--profile cpu-learn]` (cells/training/bench_train.py)."""
+    | `bench train [--profile cpu-learn]` (cells/training/bench_train.py)
+    | `bench scale [--processes 2]` (cells/training/bench_scale.py)."""
     import argparse
 
     if argv[:1] == ["server"]:
@@ -220,6 +221,10 @@ def main(argv: list[str]) -> int:
         from cells.training.bench_train import main as bench_train_main
 
         return bench_train_main(argv[1:])
+    if argv[:1] == ["scale"]:  # GRPO s/step of 1 process against N, same global batch
+        from cells.training.bench_scale import main as bench_scale_main
+
+        return bench_scale_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m cells bench")
     parser.add_argument("what", choices=("env", "policies"))

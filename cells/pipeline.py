@@ -6,13 +6,16 @@ The notebook builder, the CLI (`python -m cells run`) and the end-to-end tests a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.distributed import is_main_process
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -212,10 +215,12 @@ def run_step(ctx: Context, number: int, *, reload_edited: bool = False) -> Conte
     ctx.timings[info.module] = time.perf_counter() - t0
     ctx.peak_memory_mb[info.module] = peak_memory_mb()
     ctx.completed.append(number)
-    save_timings(ctx)
+    if is_main_process():
+        save_timings(ctx)
     return ctx
 
 
+LAST_TRAINING_STEP = 17  # under several processes, every process runs the steps up to it (cells.distributed)
 TIMINGS_FILE = "timings.json"
 MEMORY_FILE = "memory.json"
 
@@ -248,9 +253,16 @@ def run(profile: str, steps: str | None = None, run_dir: str | Path | None = Non
     numbers = parse_step_range(steps)
     ctx = make_context(profile, run_dir, fresh=fresh, model=model)
     check_run_dir(ctx, numbers)
-    # Step 1 always runs first: it creates the run directory and seeds RNGs every step relies on.
-    if numbers[0] != 1:
-        ctx = run_step(ctx, 1)
-    for n in numbers:
-        ctx = run_step(ctx, n)
+    # Several processes (`cells.distributed`): the others print nothing (the main one prints the same lines;
+    # errors still reach stderr) and stop after training; evaluation and reports are the main process's.
+    with contextlib.ExitStack() as quiet:
+        if not is_main_process():
+            quiet.enter_context(contextlib.redirect_stdout(quiet.enter_context(open(os.devnull, "w"))))
+        # Step 1 always runs first: it creates the run directory and seeds RNGs every step relies on.
+        if numbers[0] != 1:
+            ctx = run_step(ctx, 1)
+        for n in numbers:
+            if n > LAST_TRAINING_STEP and not is_main_process():
+                break
+            ctx = run_step(ctx, n)
     return ctx

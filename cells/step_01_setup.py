@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cells.distributed import is_main_process
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
@@ -133,7 +135,8 @@ def run(ctx: Context) -> Context:
     ctx.runtime = detect_runtime()
     seed_everything(ctx.profile.seed)
     path = ctx.run_dir / "runtime.json"
-    path.write_text(json.dumps(asdict(ctx.runtime), indent=2, ensure_ascii=False), encoding="utf-8")
+    if is_main_process():  # several processes: one writer (cells.distributed)
+        path.write_text(json.dumps(asdict(ctx.runtime), indent=2, ensure_ascii=False), encoding="utf-8")
     ctx.artifacts["runtime"] = path
     print(f"[setup] device={ctx.runtime.device} gpu={ctx.runtime.gpu_name} run_dir={ctx.run_dir}")
     return ctx

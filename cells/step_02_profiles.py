@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cells.distributed import is_main_process
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -386,7 +387,8 @@ def get_profile(name: str) -> Profile:
 def run(ctx: Context) -> Context:
     """Write the resolved profile to the run directory."""
     path = ctx.run_dir / "profile.json"
-    path.write_text(json.dumps(ctx.profile.to_dict(), indent=2), encoding="utf-8")
+    if is_main_process():  # several processes: one writer (cells.distributed)
+        path.write_text(json.dumps(ctx.profile.to_dict(), indent=2), encoding="utf-8")
     ctx.artifacts["profile"] = path
     print(f"[profiles] {ctx.profile.name}: G={ctx.profile.num_generations} steps/stage={ctx.profile.steps_per_stage}")
     return ctx

@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.distributed import is_main_process
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,7 +103,8 @@ def run(ctx: Context) -> Context:
     themselves, cached, so a step run alone needs no Context slot for it)."""
     bundle = load_all()
     path = ctx.run_dir / "data_manifest.json"
-    path.write_text(json.dumps(dict(bundle.manifest), indent=2), encoding="utf-8")
+    if is_main_process():  # several processes: one writer (cells.distributed)
+        path.write_text(json.dumps(dict(bundle.manifest), indent=2), encoding="utf-8")
     ctx.artifacts["data_manifest"] = path
     print(f"[data] {len(bundle.fixtures)} fixtures: {', '.join(n for n, _ in bundle.manifest)}")
     return ctx

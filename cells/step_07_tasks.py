@@ -27,6 +27,7 @@ import json
 from functools import cache
 from typing import TYPE_CHECKING
 
+from cells.distributed import is_main_process
 from cells.step_02_profiles import EVAL_SEEDS
 from cells.step_04_models import GOAL_DOMAINS, LANGUAGES, GoalSpec, stable_int
 from cells.tasks.catalog import (
@@ -98,9 +99,10 @@ def run(ctx: Context) -> Context:
     goals = sample_goals(ctx.profile.seed)
     path = ctx.run_dir / "sample_goals.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for goal in goals:
-            fh.write(json.dumps(goal.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+    if is_main_process():  # several processes: one writer (cells.distributed)
+        with path.open("w", encoding="utf-8") as fh:
+            for goal in goals:
+                fh.write(json.dumps(goal.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
     ctx.artifacts["sample_goals"] = path
     print(f"[tasks] {len(templates())} templates; {len(goals)} sample goals -> {path}")
     print(f"  {'st':<3}{'domain':<11}{'lang':<9}{'template':<34}{'#c':<3}utterance")

@@ -207,7 +207,10 @@ def boot_model(profile: Profile, run_dir: Path | str) -> tuple[Any, Any]:
 
 def run(ctx: Context) -> Context:
     """Boot the model for `ctx.profile` and print its parameter counts."""
-    ctx.model, ctx.tokenizer = boot_model(ctx.profile, ctx.run_dir)
+    from cells.distributed import main_process_first
+
+    with main_process_first():  # several processes: one builds (or downloads) the cached model, the rest load it
+        ctx.model, ctx.tokenizer = boot_model(ctx.profile, ctx.run_dir)
     counts = count_parameters(ctx.model)
     if ctx.profile.model_id is None:
         ctx.artifacts["tiny_model"] = Path(ctx.run_dir) / "tiny_model"

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.distributed import launched_processes
 from cells.errors import DriftCallError
 from cells.step_02_profiles import Profile
 
@@ -50,6 +51,16 @@ def _precision_kwargs(profile: Profile) -> dict[str, Any]:
     return {"bf16": False, "fp16": False}
 
 
+def _per_process_batch(episodes: int) -> int:
+    """The profile's episodes per step split over the launched processes: the global batch (and so the
+    groups, advantages and updates) stays what one process would train on."""
+    processes = launched_processes()
+    if episodes % processes:
+        raise GRPOConfigError(f"{episodes} episodes per step (prompts_per_step x num_generations) do not split over "
+                              f"{processes} processes; launch a number of processes that divides it")
+    return episodes // processes
+
+
 def build_grpo_config(
     profile: Profile, stage: int, output_dir: str | Path | None = None, **overrides: Any
 ) -> Any:
@@ -67,7 +78,7 @@ def build_grpo_config(
         "warmup_steps": 0,
         "max_grad_norm": profile.max_grad_norm,
         "num_generations": g,
-        "per_device_train_batch_size": profile.prompts_per_step * g,  # whole groups per device step
+        "per_device_train_batch_size": _per_process_batch(profile.prompts_per_step * g),
         "gradient_accumulation_steps": profile.gradient_accumulation_steps,
         "max_completion_length": profile.max_episode_tokens,
         "temperature": profile.temperature,

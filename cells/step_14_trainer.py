@@ -65,14 +65,17 @@ class EnvFactory(Protocol):
 
 
 class RolloutGroupFn(Protocol):
-    """Runs G multi-turn episodes sharing one goal and seed.
+    """Runs `num_generations` multi-turn episodes sharing one goal and seed.
 
-    Returns `(episodes, trajectories)`, G each; trajectories are `cells.agent.rollout.TrajectoryTokens`
-    (token ids + assistant mask): text alone cannot be trained on.
+    Returns `(episodes, trajectories)`, `num_generations` each; trajectories are
+    `cells.agent.rollout.TrajectoryTokens` (token ids + assistant mask): text alone cannot be trained on.
+    Under several processes a group of G may be split between them: the trainer then asks for part of it,
+    `num_generations` episodes starting at episode `first_generation` of the group (a function without
+    that keyword is only ever asked for whole groups, on one process).
     """
 
     def __call__(self, *, model: Any, tokenizer: Any, goal: Any, episode_seed: int, num_generations: int,
-                 env_factory: EnvFactory) -> tuple[tuple[Any, ...], tuple[Any, ...]]: ...
+                 env_factory: EnvFactory, first_generation: int = 0) -> tuple[tuple[Any, ...], tuple[Any, ...]]: ...
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.distributed import is_main_process
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
     from cells.training.warm_start import WarmStartEval, WarmStartResult
@@ -211,7 +213,8 @@ class HeldOutCheckpoints:
 
         class _Callback(TrainerCallback):
             def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
-                if state.global_step in outer.at and model is not None:
+                # several processes: the main one plays (the others wait for it at the next gradient sync)
+                if state.global_step in outer.at and model is not None and state.is_world_process_zero:
                     outer.evaluate(model, state.global_step, time.perf_counter() - t0 - outer.eval_seconds)
 
         return _Callback()
@@ -225,6 +228,9 @@ def save_warm_start_summary(ctx: Context, result: WarmStartResult, summary: Warm
     from cells.training.stages import training_root
 
     path = training_root(ctx) / "warm_start" / "warm_start.json"
+    ctx.artifacts["warm_start_summary"] = path
+    if not is_main_process():  # several processes: one writer
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     if result.steps > 0:
@@ -303,7 +309,7 @@ def evaluate_warm_start(ctx: Context) -> WarmStartEval | None:
     `ctx.trainer_state["warm_start_eval"]` and prints the valid-action share. None when disabled (0).
     """
     per_cell = ctx.profile.warm_start_eval_per_cell
-    if per_cell <= 0 or ctx.model is None:
+    if per_cell <= 0 or ctx.model is None or not is_main_process():  # several processes: the main one plays
         return None
     summary = play_held_out(ctx, ctx.model, per_cell)
     ctx.trainer_state["warm_start_eval"] = summary

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, str], ...] = (
-    ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|datamodel)(\..+)?"),
+    ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|distributed|datamodel)(\..+)?"),
     ("world", r"cells\.(step_0[5-7]_\w+|vendors|tasks)(\..+)?"),
     ("rewards", r"cells\.(step_08_\w+|rewards)(\..+)?"),
     ("env", r"cells\.(step_10_\w+|actions|openenv_env|server)(\..+)?"),

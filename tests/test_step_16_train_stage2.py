@@ -127,6 +127,7 @@ def test_metrics_row_mapping_and_schema_guard(tmp_path):
     class S:
         global_step = 1
         num_input_tokens_seen = 0
+        is_world_process_zero = True
 
     with pytest.raises(MetricsSchemaError, match="expected"):
         MetricsCallback(bad, 1).on_train_begin(None, S(), None)

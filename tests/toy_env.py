@@ -7,6 +7,7 @@ that are ASCII digits, so it depends only on what the model wrote and has a grad
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,5 +97,4 @@ class FixedRewardEnv(ToyEnv):
 
     def episode(self) -> ToyEpisode:
         base = super().episode()
-        return ToyEpisode(seed=base.seed, goal=base.goal, texts=base.texts, reward=self.fixed,
-                          turns_used=base.turns_used)
+        return dataclasses.replace(base, reward=self.fixed)

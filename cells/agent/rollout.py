@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from cells.datamodel.seeding import stable_int
+
 Messages = list[dict[str, str]]
 _SENTINEL = "\u2063DRIFTCALL_SENTINEL\u2063"
 
@@ -140,9 +142,45 @@ class ChatPieces:
         return self.encode(close + after[len(before):])
 
 
+def _seeded_sampling(seeds: Sequence[int], spec: GenerationSpec) -> Any:
+    """A logits processor that samples each row from its own `torch.Generator` and leaves that token alone
+    for `generate`'s argmax to pick.
+
+    Why not `do_sample=True`: that draws every row from one global RNG stream, so a row's tokens depend on
+    which other rows share its batch. Seeded rows sample the same tokens in a batch of 8 on one process
+    as in a batch of 4 on each of two (multi-process GRPO), and the same on a rerun. The distribution is
+    `generate`'s own: its temperature and top-p warpers, then a categorical draw."""
+    import torch
+    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
+
+    warpers = [TemperatureLogitsWarper(spec.temperature)]
+    if spec.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(spec.top_p))
+
+    class SeededSampling(LogitsProcessor):
+        def __init__(self) -> None:
+            self.generators: list[Any] | None = None
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            if self.generators is None:  # on the scores' device: CPU here, the GPU under CUDA
+                self.generators = [torch.Generator(device=scores.device).manual_seed(int(s)) for s in seeds]
+            for warper in warpers:
+                scores = warper(input_ids, scores)
+            probs = torch.softmax(scores.float(), dim=-1)  # (B, V)
+            picks = torch.cat([torch.multinomial(probs[row], 1, generator=gen)  # one draw per row and token
+                               for row, gen in enumerate(self.generators)])  # (B,)
+            chosen = torch.full_like(scores, float("-inf"))
+            return chosen.scatter_(1, picks.unsqueeze(1), 0.0)
+
+    return SeededSampling()
+
+
 def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: list[int],
-              spec: GenerationSpec) -> list[list[int]]:
-    """One batched `generate` over left-padded `batch`; each row cut after its first stop token."""
+              spec: GenerationSpec, seeds: Sequence[int] | None = None) -> list[list[int]]:
+    """One batched `generate` over left-padded `batch`; each row cut after its first stop token.
+
+    `seeds` (one per row): sample each row from its own generator (`_seeded_sampling`) instead of the
+    global RNG stream."""
     import torch
 
     pad = pieces.tok.pad_token_id
@@ -153,8 +191,12 @@ def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: l
     for row, ids in enumerate(batch):
         input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
         attention[row, width - len(ids):] = 1
-    sample_kwargs = {"do_sample": False} if spec.greedy else {"do_sample": True, "temperature": spec.temperature,
-                                                              "top_p": spec.top_p, "top_k": 0}
+    if spec.greedy:
+        sample_kwargs: dict[str, Any] = {"do_sample": False}
+    elif seeds is not None:
+        sample_kwargs = {"do_sample": False, "logits_processor": [_seeded_sampling(seeds, spec)]}
+    else:
+        sample_kwargs = {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p, "top_k": 0}
     with torch.no_grad():
         out = model.generate(
             input_ids=input_ids, attention_mask=attention, max_new_tokens=max(max_new), use_cache=True,
@@ -181,6 +223,7 @@ class _Episode:
     spans: list[tuple[int, int]]
     obs: Any
     done: bool = False
+    sample_seed: int | None = None  # this episode's sampling seed (seeded rollouts); each turn derives its own
 
 
 def _start(envs: Sequence[Any], seeds: Sequence[int], pieces: ChatPieces | None,
@@ -207,22 +250,28 @@ def rollout_batch(
     goal_fn: Callable[[Any, Any], Any] = default_goal,
     render_observation: Callable[[Any], str] = default_render_observation,
     generation: GenerationSpec = GenerationSpec(),
+    sample_seeds: Sequence[int] | None = None,
     **overrides: Any,
 ) -> RolloutResult:
     """Run `len(envs)` episodes in lock-step with `policy` or `model` (one of them) until all are done.
 
     `generation` (with `overrides`, any `GenerationSpec` field by name) sets the decoding. An episode also stops
     when its completion would exceed `max_episode_tokens` or after `max_turns` turns; envs that support it are then
-    ended with `env.truncate()` (DriftCallEnv: a timeout).
+    ended with `env.truncate()` (DriftCallEnv: a timeout). `sample_seeds` (one per env): sampled episodes draw
+    from their own generators, so an episode's tokens do not depend on the batch it was played in.
     """
     spec = generation.with_overrides(**overrides)
     if (policy is None) == (model is None):
         raise ValueError("pass exactly one of policy= (scripted) or model= (batched generation)")
     if model is not None and tokenizer is None:
         raise ValueError("model rollouts need tokenizer=")
+    if sample_seeds is not None and len(sample_seeds) != len(envs):
+        raise ValueError(f"sample_seeds has {len(sample_seeds)} entries for {len(envs)} envs")
     pieces = ChatPieces(tokenizer) if tokenizer is not None else None
     t0 = time.perf_counter()
     runs = _start(envs, seeds, pieces, system_prompt_fn, goal_fn)
+    for run, sample_seed in zip(runs, sample_seeds or (), strict=False):
+        run.sample_seed = int(sample_seed)
     generated = 0
     for _ in range(spec.max_turns):
         active = [r for r in runs if not r.done]
@@ -234,7 +283,8 @@ def rollout_batch(
             ids = [[*pieces.encode(t), pieces.stop_ids[0]] for t in texts] if pieces else [[] for _ in texts]
         else:
             ids = _generate(model, pieces, [r.prompt_ids + r.completion for r in active],
-                            [max(1, min(spec.max_new_tokens_per_turn, b)) for b in budgets], spec)
+                            [max(1, min(spec.max_new_tokens_per_turn, b)) for b in budgets], spec,
+                            None if sample_seeds is None else [_turn_seed(r) for r in active])
             texts = [tokenizer.decode(t, skip_special_tokens=True) for t in ids]
             generated += sum(len(t) for t in ids)
         for run, text, new, budget in zip(active, texts, ids, budgets, strict=True):
@@ -251,6 +301,11 @@ def rollout_batch(
         episodes=tuple(_finished_episode(r.env) for r in runs), generated_tokens=generated,
         seconds=time.perf_counter() - t0,
     )
+
+
+def _turn_seed(run: _Episode) -> int:
+    """The sampling seed of `run`'s next turn: its episode's seed and the turn number, never the batch."""
+    return stable_int("rollout.turn", run.sample_seed, len(run.spans)) % 2**63
 
 
 def _finished_episode(env: Any) -> Any:
@@ -296,22 +351,31 @@ def make_rollout_group_fn(
     """A `RolloutGroupFn` for the trainer: G fresh envs, same seed, same goal, one batched rollout with
     `generation` (and `overrides`, `GenerationSpec` fields by name).
 
-    Keep `temperature` equal to the GRPOConfig's: TRL scores log-probs at that temperature.
+    Episode k of a group (`first_generation + k`, counted over the whole group) samples from its own seed,
+    `episode_sample_seed(episode_seed, k)`: the same tokens whether the group is played at once or split
+    across processes. Keep `temperature` equal to the GRPOConfig's: TRL scores log-probs at that temperature.
     """
     spec = generation.with_overrides(**overrides)
 
     def rollout_group(*, model: Any, tokenizer: Any, goal: Any, episode_seed: int, num_generations: int,
-                      env_factory: Callable[[], Any]) -> tuple[tuple[Any, ...], tuple[TrajectoryTokens, ...]]:
+                      env_factory: Callable[[], Any], first_generation: int = 0,
+                      ) -> tuple[tuple[Any, ...], tuple[TrajectoryTokens, ...]]:
         envs = [env_factory() for _ in range(num_generations)]
         result = rollout_batch(
             envs, [episode_seed] * num_generations, model=model, tokenizer=tokenizer,
             system_prompt_fn=system_prompt_fn, goal_fn=lambda env, obs: goal,
             render_observation=render_observation, generation=spec,
+            sample_seeds=[episode_sample_seed(episode_seed, first_generation + k) for k in range(num_generations)],
         )
         assert result.trajectories is not None  # a tokenizer was given
         return result.episodes, result.trajectories
 
     return rollout_group
+
+
+def episode_sample_seed(episode_seed: int, generation: int) -> int:
+    """Sampling seed of episode `generation` (0..G-1) of the GRPO group playing `episode_seed`."""
+    return stable_int("rollout.episode", int(episode_seed), int(generation)) % 2**63
 
 
 def rollout_group_fn_for_profile(profile: Any, **callables: Any) -> Callable[..., Any]:

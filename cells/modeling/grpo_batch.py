@@ -1,6 +1,7 @@
 """Small, separately tested helpers behind `DriftCallGRPOTrainer._generate_and_score_completions`.
 
-- `group_rows`: the generation batch's rows -> one row per distinct prompt (TRL repeats each G times).
+- `prompt_runs`: this process's rows of the generation batch -> runs of one prompt (TRL repeats each G
+  times; with several processes a group may be split between them).
 - `pad_trajectories`: `TrajectoryTokens` -> the padded tensors TRL's loss reads (prompt left-padded,
   completion right-padded, `tool_mask` 1 on model tokens, 0 on env/template tokens and padding).
 - `group_advantages`: group-relative advantages from episode rewards, as TRL's `scale_rewards` says.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cells.errors import DriftCallError
@@ -22,20 +24,37 @@ class BatchError(DriftCallError, ValueError):
     """The generation batch does not have the shape the trainer relies on."""
 
 
-def group_rows(inputs: Sequence[Mapping[str, Any]], num_generations: int, key: Callable[[Mapping[str, Any]], Any]
-               ) -> list[Mapping[str, Any]]:
-    """First row of each consecutive run of `num_generations` identical prompts (checked with `key`)."""
-    if not inputs or len(inputs) % num_generations:
-        raise BatchError(f"generation batch of {len(inputs)} rows is not a positive multiple of G={num_generations}")
-    groups = []
-    for start in range(0, len(inputs), num_generations):
-        chunk = inputs[start:start + num_generations]
-        keys = {repr(key(row)) for row in chunk}
-        if len(keys) != 1:
-            raise BatchError(f"rows {start}..{start + num_generations - 1} mix prompts {sorted(keys)}; TRL's "
-                             "RepeatSampler should repeat each prompt G times in a row (multi-process is unsupported)")
-        groups.append(chunk[0])
-    return groups
+@dataclass(frozen=True)
+class PromptRun:
+    """Consecutive rows of one prompt on this process: `count` episodes of its group, the first of them
+    episode `first_generation` (0..G-1) of the group."""
+
+    row: Mapping[str, Any]
+    first_generation: int
+    count: int
+
+
+def prompt_runs(inputs: Sequence[Mapping[str, Any]], num_generations: int, key: Callable[[Mapping[str, Any]], Any],
+                offset: int = 0) -> list[PromptRun]:
+    """This process's rows as runs of one prompt each.
+
+    TRL's RepeatSampler repeats every prompt G times in a row over the global generation batch, and each
+    process holds the contiguous slice starting at global row `offset`; so row i is episode
+    `(offset + i) % G` of its group, and a group may be split between processes (checked with `key`)."""
+    if not inputs:
+        raise BatchError("empty generation batch")
+    runs: list[list[Any]] = []
+    for i, row in enumerate(inputs):
+        generation = (offset + i) % num_generations
+        if i and generation:
+            if repr(key(row)) != repr(key(runs[-1][0])):
+                raise BatchError(f"rows {offset + i - 1} and {offset + i} of the generation batch are in one group of "
+                                 f"G={num_generations} but hold different prompts; TRL's RepeatSampler repeats each "
+                                 "prompt G times in a row")
+            runs[-1][2] += 1
+        else:
+            runs.append([row, generation, 1])
+    return [PromptRun(row, first, count) for row, first, count in runs]
 
 
 def pad_trajectories(trajectories: Sequence[Any], pad_id: int, device: Any = None) -> dict[str, Any]:

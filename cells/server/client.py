@@ -8,14 +8,17 @@ Observations come back as the core `DriftCallObservation` (what policies and `re
 read). `episode()` / `rewards()` need the judge token, because the `Episode` holds the drift schedule
 and the goal's hidden facts; an agent-token client plays and sees the reward on the final observation.
 There is no `goal` attribute (the server never sends the goal), so `rollout_batch` starts from the
-turn-0 utterance on the observation. Importing this module imports OpenEnv (~4 s).
+turn-0 utterance on the observation. `remote_env_factory([url, ...])` spreads envs over several servers
+(a trainer's `env_factory`). Importing this module imports OpenEnv (~4 s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from openenv.core.client_types import StepResult
@@ -164,3 +167,24 @@ class RemoteDriftCallEnv:
             self._judged = (Episode.from_dict(judge["episode"]), Rewards.from_dict(judge["rewards"]))
             _run(self._await(lambda: self.client.disconnect()))  # release the server session (see the class doc)
         return self._judged
+
+
+def remote_env_factory(urls: Sequence[str], *, token: str | None = None, judge_token: str | None = None,
+                       **options: Any) -> Callable[[], RemoteDriftCallEnv]:
+    """An env factory whose envs are sessions on DriftCall servers, for `rollout_batch` and the GRPO trainer
+    (`env_factory=`), so generation and environments can run on different machines.
+
+    The i-th env made opens its session on `urls[i % len(urls)]`: the G episodes of a group, and the groups
+    of a batch, spread over the servers in turn. Each server must serve the stage being trained (`serve
+    --stage N`). Training reads every finished `Episode` to score it, so pass `judge_token`; `options` go to
+    `RemoteDriftCallEnv` (timeouts)."""
+    if not urls:
+        raise ValueError("remote_env_factory needs at least one server URL")
+    turn, lock = itertools.count(), threading.Lock()
+
+    def make() -> RemoteDriftCallEnv:
+        with lock:
+            i = next(turn)
+        return RemoteDriftCallEnv(urls[i % len(urls)], token=token, judge_token=judge_token, **options)
+
+    return make

@@ -131,6 +131,8 @@ class CheckpointMetaCallback(TrainerCallback):
         self.resolved_profile = resolved_profile
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:  # several processes: the one that saved the weights writes the sidecar
+            return
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         assert_adapter_only(ckpt)
         write_meta(ckpt, build_meta(self.profile, self.stage, state.global_step, self.knobs, self.resolved_profile))

@@ -152,6 +152,8 @@ class MetricsCallback(TrainerCallback):
         self._last_step = -1
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:  # several processes: one writer; its logs are the gathered ones
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         rows = _read_raw(self.path) if self.path.exists() else []
         kept = [r for r in rows if int(r["step"]) <= state.global_step]  # drop steps a crash left behind
@@ -161,6 +163,8 @@ class MetricsCallback(TrainerCallback):
         self._last_time = time.perf_counter()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
         logs = logs or {}
         if any(k in logs for k in _SUMMARY_KEYS) or any(k.startswith("eval_") for k in logs):
             return

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cells.distributed import is_main_process, wait_for_everyone
 from cells.training.checkpoints import (
     ADAPTER_FILES,
     FULL_MODEL_FILES,
@@ -62,7 +63,9 @@ def curriculum_max_steps(ctx: Any) -> int:
 def start_over_if_fresh(ctx: Any) -> None:
     """With `ctx.fresh`, delete `<run_dir>/training/` once (the first training step of the run calls this)."""
     if getattr(ctx, "fresh", False):
-        shutil.rmtree(training_root(ctx), ignore_errors=True)
+        if is_main_process():
+            shutil.rmtree(training_root(ctx), ignore_errors=True)
+        wait_for_everyone()  # no process looks under training/ before it is gone
         ctx.fresh = False  # later stages of the same run continue what this run trains
         print(f"[fresh] removed {training_root(ctx)}: warm start and GRPO stages start over")
 
@@ -85,7 +88,8 @@ def guard_warm_start(ctx: Any, warm_dir: Path) -> None:
         check_reusable(warm_dir, knobs, "warm start")
         return
     warm_dir.mkdir(parents=True, exist_ok=True)
-    write_meta(warm_dir, build_meta(ctx.profile.name, 0, 0, knobs, ctx.profile.to_dict()))
+    if is_main_process():
+        write_meta(warm_dir, build_meta(ctx.profile.name, 0, 0, knobs, ctx.profile.to_dict()))
 
 
 def check_training_reusable(ctx: Any) -> None:

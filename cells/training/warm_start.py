@@ -241,7 +241,11 @@ def labelled_positions_trainer_cls(base: type | None = None) -> type:
 
     def compute_loss(self: Any, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
-        loss = labelled_positions_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
+        if model is not self.model:  # wrapped (DDP, several processes): gradients sync only through its forward
+            loss = model(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
+                         labels=inputs["labels"]).loss  # the same mean cross-entropy, with full logits
+        else:
+            loss = labelled_positions_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
         return (loss, None) if return_outputs else loss
 
     return type(f"LabelledPositions{base.__name__}", (base,), {"compute_loss": compute_loss})
@@ -315,7 +319,9 @@ def sft_warm_start(
     trainer.train()
     seconds = time.perf_counter() - t0
     saved = output_dir / ("model" if full else "adapter")
-    trainer.model.save_pretrained(str(saved))
+    if trainer.is_world_process_zero():  # several processes hold the same weights: one writes them
+        trainer.model.save_pretrained(str(saved))
+    trainer.accelerator.wait_for_everyone()
     losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     return WarmStartResult(saved, len(dataset), collator.tokens, collator.labelled, trainer.state.global_step, losses,
                            seconds, full)

@@ -1,0 +1,56 @@
+"""Several training processes (`accelerate launch --multi_gpu --num_processes N -m cells run ...`).
+
+Every process runs steps 1-17 (each needs the model, the env and the trainer; `build_grpo_config` splits
+the global batch, `DriftCallGRPOTrainer` splits the groups); files are written by the main process only,
+the tiny model's cache is built by it first, and steps after the last training step run on it alone.
+One process (a notebook, `python -m cells run`) is the case everything reduces to: every helper here is
+then a no-op. The process group itself is accelerate's (`PartialState`), the one TRL's trainer joins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+
+def launched_processes() -> int:
+    """Processes of this run: WORLD_SIZE, which `accelerate launch` and torchrun set; 1 otherwise."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def process_rank() -> int:
+    """This process's rank (RANK, set by the launcher); 0 for a single process."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def is_main_process() -> bool:
+    """True on the process that writes files and runs evaluation (rank 0; always, for one process)."""
+    return process_rank() == 0
+
+
+def _state() -> Any:
+    """accelerate's process state (it joins the process group on first use). Without a GPU it must be told
+    to stay on CPU, or it sees no distributed setup at all; with one, the trainer's Accelerator later
+    finds this same state (accelerate keeps one per process)."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def wait_for_everyone() -> None:
+    """A barrier across the launched processes (nothing to wait for with one)."""
+    if launched_processes() > 1:
+        _state().wait_for_everyone()
+
+
+@contextlib.contextmanager
+def main_process_first() -> Iterator[None]:
+    """Run the block on the main process, then on the others (e.g. build a cache once, then load it)."""
+    if launched_processes() == 1:
+        yield
+        return
+    with _state().main_process_first():
+        yield
