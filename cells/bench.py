@@ -210,7 +210,7 @@ def print_policies(rows: list[Row]) -> bool:
 def main(argv: list[str]) -> int:
     """`bench env [--episodes N]` | `bench policies [--seeds N]` | `bench server [...]` (cells/bench_server.py)
     | `bench train [--profile cpu-learn]` (cells/training/bench_train.py)
-    | `bench scale [--processes 2]` (cells/training/bench_scale.py)."""
+    | `bench scale [--processes 2]` (cells/training/bench_scale.py) | `bench voice` (cells/bench_voice.py)."""
     import argparse
 
     if argv[:1] == ["server"]:
@@ -221,6 +221,10 @@ def main(argv: list[str]) -> int:
         from cells.training.bench_train import main as bench_train_main
 
         return bench_train_main(argv[1:])
+    if argv[:1] == ["voice"]:  # the voice boundary's round trip: CER and slot survival per language
+        from cells.bench_voice import main as bench_voice_main
+
+        return bench_voice_main(argv[1:])
     if argv[:1] == ["scale"]:  # GRPO s/step of 1 process against N, same global batch
         from cells.training.bench_scale import main as bench_scale_main
 

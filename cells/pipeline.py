@@ -63,6 +63,7 @@ STEPS: tuple[StepInfo, ...] = (
     StepInfo(6, "step_06_drift", "Drift catalogue, schedules and mutations"),
     StepInfo(7, "step_07_tasks", "Seeded multilingual goal generator and simulated user facts"),
     StepInfo(8, "step_08_rewards", "Deterministic, hack-resistant reward with an explained breakdown"),
+    StepInfo(9, "step_09_audio", "Voice boundary: espeak-ng TTS + Whisper ASR, offline (evaluation and demo only)"),
     StepInfo(10, "step_10_env", "DriftCallEnv: reset/step/step_text, notices, budgets, OpenEnv types"),
     StepInfo(11, "step_11_agent", "Prompt, action parser, scripted policies, rollout driver"),
     StepInfo(12, "step_12_model", "Model + tokenizer boot (Unsloth / transformers+peft / tiny local)"),

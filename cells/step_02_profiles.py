@@ -151,6 +151,9 @@ class Profile:
     pass_k: int = 4  # sampled trials per held-out seed for pass^k (0: greedy only)
     probe_episodes_per_policy: int = 10  # reward-hacking probe episodes per exploit policy and for the model
     bootstrap_resamples: int = 1000  # for every confidence interval
+    # Held-out seeds per (stage, language) that step 18 also plays with the voice boundary on (step 9: the user's
+    # lines reach the agent through espeak-ng -> Whisper); 0 = off. Scripted policies only: ~5-40 s of CPU ASR a line.
+    voice_eval_per_cell: int = 0
     # --- curriculum ---
     # One weight table per stage: the goal generator samples languages with these weights (warm start and GRPO).
     language_weights: tuple[tuple[tuple[str, float], ...], ...] = (
@@ -373,6 +376,9 @@ PROFILES: dict[str, Profile] = {
         probe_episodes_per_policy=100,
     ),
 }
+# cpu-smoke plus the voice boundary's evaluation (step 18): the scripted policies on one held-out seed per
+# (stage, language) with the user's lines spoken and transcribed (needs espeak-ng + requirements-voice.txt).
+PROFILES["cpu-voice"] = dataclasses.replace(PROFILES["cpu-smoke"], name="cpu-voice", voice_eval_per_cell=1)
 
 
 def get_profile(name: str) -> Profile:

@@ -130,6 +130,7 @@ class _Live:
     terminated_by: TerminatedBy | None = None
     episode: Episode | None = None
     rewards: Rewards | None = None
+    audio: list[Any] = dataclasses.field(default_factory=list)  # AudioTrace per spoken user line (voice on)
 
 
 class DriftCallEnv:
@@ -143,6 +144,7 @@ class DriftCallEnv:
         *,
         goal_fn: Any = None,
         forced_pattern: str | None = None,
+        voice: Any = None,
     ) -> None:
         if stage not in STAGE_TURN_BUDGETS:
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
@@ -155,6 +157,9 @@ class DriftCallEnv:
         self._forced: str | None = None
         if forced_pattern is not None:
             self.force_drift(forced_pattern)
+        # A step-9 `VoiceBoundary` (evaluation only, never training): what the user says reaches the agent as
+        # its TTS -> ASR transcript; the Episode keeps what was said, `audio_traces()` what was heard.
+        self.voice = voice
         self._live: _Live | None = None
 
     # ----------------------------------------------------------------------------- lifecycle
@@ -172,7 +177,7 @@ class DriftCallEnv:
             seed=seed, goal=goal, world=world, schedule=schedule, tools=tools, max_turns=self.max_turns,
         )
         self._live.user_messages.append(UserMessage(0, goal.seed_utterance, goal.language, kind="goal"))
-        return self._observation(goal_utterance=goal.seed_utterance, now=goal.now)
+        return self._observation(goal_utterance=self._heard(goal.seed_utterance, goal.language), now=goal.now)
 
     def force_drift(self, pattern_id: str) -> None:
         """Demo/judge control: schedule `pattern_id` to fire at the next eligible call (from the next reset)."""
@@ -214,6 +219,7 @@ class DriftCallEnv:
             live.results.append(result)
         if message is not None:
             live.user_messages.append(message)
+            message = dataclasses.replace(message, text=self._heard(message.text, message.language))
         if action.action_type in (ActionType.SUBMIT, ActionType.ABORT):
             self._finish(TerminatedBy(action.action_type.value))
         elif live.turn >= live.max_turns:
@@ -267,6 +273,19 @@ class DriftCallEnv:
         """Attach a pending terms notice, once, to the next result in its domain."""
         notice = live.notices.pop(result.tool_name.split(".")[0], None)
         return result if notice is None else attach_notice(result, notice)
+
+    def _heard(self, text: str, language: str) -> str:
+        """`text` as the agent receives it: itself, or through the voice boundary when one is set."""
+        if self.voice is None:
+            return text
+        trace = self.voice.hear(text, language)
+        assert self._live is not None
+        self._live.audio.append(trace)
+        return str(trace.transcript)
+
+    def audio_traces(self) -> tuple[Any, ...]:
+        """The running or last episode's `AudioTrace`s (user lines spoken and heard), in turn order; () with voice off."""
+        return tuple(self._live.audio) if self._live is not None else ()
 
     # ----------------------------------------------------------------------------- outputs
     def _observation(self, *, result: ToolResult | None = None, message: UserMessage | None = None,

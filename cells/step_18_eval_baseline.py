@@ -53,6 +53,50 @@ def evaluate_references(ctx: Context, spec: Any) -> dict[str, Any]:
     return report_for(greedy, sampled, ctx.profile)
 
 
+VOICE_POLICIES: tuple[str, ...] = ("naive", "expert")  # the scripted players that read what the user says
+
+
+def _both_ways(text: list[Any], heard: list[Any]) -> dict[str, float]:
+    return {f"{what}_{way}": round(sum(getattr(r, what) for r in rs) / len(rs), 4)
+            for way, rs in (("text", text), ("voice", heard)) for what in ("success", "reward")}
+
+
+def evaluate_voice(ctx: Context, per_cell: int, model: Any = None, tokenizer: Any = None) -> dict[str, Any]:
+    """The scripted players (and `model`, greedy, when given) on the same held-out cases with and without the
+    voice boundary (step 9): success and reward both ways, and the character error rate of the opening
+    requests heard, per language.
+
+    The scripted players take the task from the goal, as every scripted player does, so what speech can cost
+    them is what they read from the user's later lines (passenger names, an MFA code, a GSTIN); a model reads
+    everything through it. {"skipped": why} when the boundary cannot run here."""
+    from cells.evaluation.runner import eval_plan, make_spec, run_model, run_scripted
+    from cells.step_07_tasks import generate
+    from cells.step_09_audio import character_error_rate, default_boundary, voice_support
+
+    problems = [p for p in voice_support().values() if p]
+    if problems:
+        return {"skipped": "; ".join(problems)}
+    boundary, cases = default_boundary(), eval_plan(per_cell)
+    factories, budgets = reference_factories(), ctx.profile.turn_budgets
+    out: dict[str, Any] = {"episodes_per_policy": len(cases), "policies": {}, "cer_by_language": {}}
+    for name in VOICE_POLICIES:
+        text = run_scripted(name, factories[name], cases, turn_budgets=budgets)
+        heard = run_scripted(name, factories[name], cases, turn_budgets=budgets, voice=boundary)
+        out["policies"][name] = _both_ways(text, heard)
+    if model is not None:
+        spec = make_spec(ctx.profile, cases, sampled_trials=0)
+        text, heard = (run_model("model", model, tokenizer, cases, spec, greedy=True, trial=0, voice=v)
+                       for v in (None, boundary))
+        out["policies"]["model"] = _both_ways(text, heard)
+    by_language: dict[str, list[float]] = {}
+    for case in cases:  # the opening requests, heard once above (the boundary is memoised)
+        said = generate(case.seed, case.stage, {case.language: 1.0}).seed_utterance
+        by_language.setdefault(case.language, []).append(
+            character_error_rate(said, boundary.hear(said, case.language).transcript))
+    out["cer_by_language"] = {lang: round(sum(v) / len(v), 3) for lang, v in by_language.items()}
+    return out
+
+
 def evaluate_model(ctx: Context, spec: Any, name: str, model: Any = None) -> tuple[dict[str, Any], list[Any]]:
     """Report and greedy records for `model` (default `ctx.model`) under the spec; the report's `generation`
     block says how many tokens the model generated, how fast, and the process's peak memory."""
@@ -106,6 +150,14 @@ def run(ctx: Context) -> Context:
         untrained = untrained_base(ctx)
         if untrained is not None:
             _evaluate_and_save(ctx, spec, "untrained", untrained)
+    if ctx.profile.voice_eval_per_cell > 0:
+        ctx.reports["voice"] = evaluate_voice(ctx, ctx.profile.voice_eval_per_cell)
+        ctx.artifacts["eval_voice"] = save_report_json(ctx.reports["voice"], ctx.run_dir / "eval_voice.json")
+        for name, row in ctx.reports["voice"].get("policies", {}).items():
+            print(f"[eval] {name:>8} with the voice boundary: success {row['success_text']:.3f} -> "
+                  f"{row['success_voice']:.3f}, reward {row['reward_text']:.3f} -> {row['reward_voice']:.3f}")
+        if "skipped" in ctx.reports["voice"]:
+            print(f"[eval] voice boundary skipped: {ctx.reports['voice']['skipped']}")
     for name, block in ctx.reports["reference"]["policies"].items():
         print(f"[eval] {name:>8}: success={block['success']['value']:.3f} n={block['n_episodes']}")
     for name in ("untrained", "baseline"):

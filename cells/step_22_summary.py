@@ -102,6 +102,8 @@ def build_summary_markdown(reports: Mapping[str, Any], *, profile: Any = None, r
         parts += [f"### Paired difference: {title}\n", md.paired_section(reports["paired"], title)]
     if reports.get("probe"):
         parts += ["### Reward-hacking probe\n", md.probe_section(reports["probe"])]
+    if reports.get("voice"):
+        parts += ["### With the voice boundary\n", md.voice_section(reports["voice"])]
     parts += ["## Plots\n", _plots_section(artifacts or {}, run_dir or Path(".")),
               "## Configuration\n", configuration_section(profile),
               "## Versions\n", versions_section(runtime)]

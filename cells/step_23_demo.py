@@ -191,6 +191,37 @@ class DemoSession:
                 f"{1 - r.brier:.3f}; task {r.r_task:.0f}, drift {drift}, constraints {r.r_constraints:.2f}, "
                 f"format {r.r_format:.2f}, confidence {r.confidence:.2f}; offences {offences or 'none'}")
 
+    def spoken_lines(self) -> list[tuple[Entry, str, str]]:
+        """`(entry, text, language)` for every line a phone call would voice: the user's, and the agent's
+        messages (speak / clarify / submit; tool calls are not spoken), in the user's language."""
+        from cells.actions import ActionParseError, parse_action
+
+        if self.env is None:
+            raise DemoError("press Reset first")
+        language = self.env.goal.language
+        out = []
+        for entry in self.entries:
+            if entry.kind in ("goal", "user"):
+                out.append((entry, entry.text, entry.language or language))
+            elif entry.kind == "agent":
+                try:
+                    message = parse_action(entry.text).message
+                except ActionParseError:
+                    continue
+                if message:
+                    out.append((entry, message, language))
+        return out
+
+    def audio(self) -> list[tuple[Entry, bytes]]:
+        """A WAV (espeak-ng, step 9) for each of `spoken_lines()`, synthesised now."""
+        from cells.step_09_audio import EspeakTTS, VoiceUnavailableError
+
+        try:
+            tts = EspeakTTS()
+        except VoiceUnavailableError as exc:
+            raise DemoError(str(exc)) from None
+        return [(entry, tts.synthesize(text, language)) for entry, text, language in self.spoken_lines()]
+
     def _require_running(self) -> None:
         if self.env is None:
             raise DemoError("press Reset first")
@@ -233,20 +264,33 @@ class DemoPanel:
         self.step_button = w.Button(description="Step")
         self.play_button = w.Button(description="Play to end")
         self.inject_button = w.Button(description="Inject drift", button_style="warning")
+        self.speak_button = w.Button(description="Speak turns", tooltip="espeak-ng audio of each user and agent line")
         self.status = w.HTML()
         self.log = w.HTML()
+        self.players = w.VBox()  # one audio player per spoken line, built when "Speak turns" is pressed
         self.reset_button.on_click(lambda _: self._guarded(self._reset))
         self.step_button.on_click(lambda _: self._guarded(session.step))
         self.play_button.on_click(lambda _: self._guarded(session.play))
         self.inject_button.on_click(lambda _: self._guarded(lambda: session.inject(self.pattern.value)))
+        self.speak_button.on_click(lambda _: self._guarded(self._speak))
         controls = w.VBox([w.HBox([self.stage, self.language, self.seed]), w.HBox([self.player, self.pattern]),
-                           w.HBox([self.reset_button, self.step_button, self.play_button, self.inject_button])])
-        self.widget = w.VBox([controls, self.status, self.log])
+                           w.HBox([self.reset_button, self.step_button, self.play_button, self.inject_button,
+                                   self.speak_button])])
+        self.widget = w.VBox([controls, self.status, self.log, self.players])
         self._guarded(self._reset)
 
     def _reset(self) -> None:
         self.session.reset(self.stage.value, self.language.value, self.seed.value, self.player.value)
         self.pattern.options = list(self.session.applicable_patterns())
+        self.players.children = ()
+
+    def _speak(self) -> None:
+        import ipywidgets as w
+
+        self.players.children = tuple(
+            w.HBox([w.HTML(f"<b>[{entry.turn}] {_LABEL[entry.kind]}</b>"),
+                    w.Audio(value=wav, format="wav", autoplay=False, loop=False)])
+            for entry, wav in self.session.audio())
 
     def _guarded(self, action: Callable[[], Any]) -> None:
         """Run a button's action; a DemoError becomes the status line (the panel stays usable)."""

@@ -16,11 +16,12 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|distributed|datamodel)(\..+)?"),
     ("world", r"cells\.(step_0[5-7]_\w+|vendors|tasks)(\..+)?"),
     ("rewards", r"cells\.(step_08_\w+|rewards)(\..+)?"),
-    ("env", r"cells\.(step_10_\w+|actions|openenv_env|server)(\..+)?"),
+    ("env", r"cells\.(step_09_\w+|step_10_\w+|actions|openenv_env|server)(\..+)?"),
     ("agent", r"cells\.(step_11_\w+|agent)(\..+)?"),
     ("training/evaluation", r"cells\.(step_(1[2-9]|2\d)_\w+|modeling|training|evaluation)(\..+)?"),
 )
-ORCHESTRATION = re.compile(r"cells(\.(pipeline|__main__|bench|bench_server|reloading|results|control|diagnose))?$")
+ORCHESTRATION = re.compile(
+    r"cells(\.(pipeline|__main__|bench|bench_server|bench_voice|reloading|results|control|diagnose))?$")
 
 
 def layer_of(module: str) -> int | None:

@@ -16,7 +16,8 @@ from cells.step_02_profiles import (
 
 
 def test_presets_exist_and_are_valid():
-    assert set(PROFILES) == {"cpu-smoke", "cpu-learn", "cpu-gemma", "cpu-gemma-unsloth", "colab-t4", "colab-a100"}
+    assert set(PROFILES) == {"cpu-smoke", "cpu-voice", "cpu-learn", "cpu-gemma", "cpu-gemma-unsloth", "colab-t4",
+                             "colab-a100"}
     assert get_profile("cpu-smoke").is_cpu and not get_profile("colab-t4").is_cpu
     assert get_profile("cpu-gemma").is_cpu and get_profile("cpu-gemma").model_id is not None  # pretrained, on CPU
     assert get_profile("colab-a100").num_generations == 8

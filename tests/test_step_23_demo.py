@@ -88,6 +88,27 @@ def test_panel_inject_button_uses_the_pattern_dropdown() -> None:
     assert f"scheduled {panel.pattern.value}" in panel.log.value
 
 
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (apt-get install espeak-ng)")
+@pytest.mark.parametrize("language", ["kn", "hinglish"])
+def test_speak_button_gives_an_audio_player_per_user_and_agent_line(language: str) -> None:
+    import ipywidgets as w
+
+    panel = DemoPanel(DemoSession(), seed=6)
+    panel.language.value = language
+    panel.reset_button.click()
+    panel.play_button.click()
+    assert not panel.players.children  # generated on demand only
+    panel.speak_button.click()
+    lines = panel.session.spoken_lines()
+    players = [c.children[1] for c in panel.players.children]
+    assert len(players) == len(lines) >= 2 and all(isinstance(p, w.Audio) for p in players)
+    assert all(p.value[:4] == b"RIFF" and p.format == "wav" for p in players)
+    kinds = {entry.kind for entry, _, _ in lines}
+    assert {"goal", "agent"} <= kinds and lines[0][2] == language  # the goal line, in the panel's language
+    panel.reset_button.click()
+    assert not panel.players.children
+
+
 def test_model_players_are_offered_only_with_a_model() -> None:
     assert not set(MODEL_PLAYERS) & set(player_names(False))
     assert set(MODEL_PLAYERS) <= set(player_names(True))

@@ -96,9 +96,13 @@ def default_system_prompt(env: Any, obs: Any) -> str:
 
 
 def default_goal(env: Any, obs: Any) -> Any:
-    """The env's goal if it exposes one, else the turn-0 utterance on the observation."""
+    """What the rollout opens with: the env's goal, unless the turn-0 observation says otherwise (a voice
+    boundary's transcript, or an env without a `goal`): then the utterance the agent actually received."""
     goal = getattr(env, "goal", None)
-    return goal if goal is not None else SimpleNamespace(seed_utterance=getattr(obs, "goal_utterance", ""))
+    heard = getattr(obs, "goal_utterance", None)
+    if goal is not None and (heard is None or heard == goal.seed_utterance):
+        return goal
+    return SimpleNamespace(seed_utterance=heard or "")
 
 
 def default_render_observation(obs: Any) -> str:

@@ -163,3 +163,17 @@ def probe_section(probe: Mapping[str, Any]) -> str:
         shown = ", ".join(num(x) for x in v) if isinstance(v, (list, tuple)) else num(v)
         text += f"\n- **{k}**: {shown or NONE}"
     return text + ("\n" if extras else "")
+
+
+def voice_section(voice: Mapping[str, Any]) -> str:
+    """Step 18's voice-boundary evaluation: the scripted players with and without speech in the loop."""
+    if "skipped" in voice:
+        return f"_Not run here: {voice['skipped']}._\n"
+    rows = [[name, num(r["success_text"]), num(r["success_voice"]), num(r["reward_text"]), num(r["reward_voice"])]
+            for name, r in voice["policies"].items()]
+    out = (f"The same {voice['episodes_per_policy']} held-out episodes per player, as text and with every user line "
+           "spoken by espeak-ng and transcribed by Whisper base (step 9).\n\n"
+           + table(["player", "success (text)", "success (voice)", "reward (text)", "reward (voice)"], rows))
+    cer = [[lang, num(value)] for lang, value in voice.get("cer_by_language", {}).items()]
+    return out + "\nCharacter error rate of the opening requests heard:\n\n" + table(["language", "CER"], cer)
+

@@ -86,13 +86,13 @@ def check_same_spec(baseline: dict[str, Any], final: dict[str, Any]) -> None:
             )
 
 
-def env_for_case(case: EvalCase, turn_budgets: Sequence[int] | None = None) -> Any:
+def env_for_case(case: EvalCase, turn_budgets: Sequence[int] | None = None, voice: Any = None) -> Any:
     """A fresh env for `case`: its stage, only its language, the stage's budget from `turn_budgets` (a profile's
-    or a spec's) or else the env's default."""
+    or a spec's) or else the env's default; `voice` (a step-9 `VoiceBoundary`) puts speech in the loop."""
     from cells.step_10_env import DriftCallEnv
 
     return DriftCallEnv(case.stage, {case.language: 1.0},
-                        max_turns=None if turn_budgets is None else turn_budgets[case.stage - 1])
+                        max_turns=None if turn_budgets is None else turn_budgets[case.stage - 1], voice=voice)
 
 
 def play_greedy(model: Any, tokenizer: Any, cases: Sequence[EvalCase], profile: Any) -> Any:
@@ -105,22 +105,24 @@ def play_greedy(model: Any, tokenizer: Any, cases: Sequence[EvalCase], profile: 
 
 
 def run_scripted(name: str, policy_factory: Callable[[], Any], cases: Sequence[EvalCase],
-                 trial: int = 0, turn_budgets: Sequence[int] | None = None) -> list[EvalRecord]:
-    """Play each case with a fresh scripted policy; returns one record per case."""
+                 trial: int = 0, turn_budgets: Sequence[int] | None = None, voice: Any = None) -> list[EvalRecord]:
+    """Play each case with a fresh scripted policy (through `voice`, a step-9 boundary, when given); returns one
+    record per case."""
     from cells.step_11_agent import play_episode
 
     records = []
     for case in cases:
-        episode, rewards = play_episode(env_for_case(case, turn_budgets), policy_factory(), seed=case.seed)
+        episode, rewards = play_episode(env_for_case(case, turn_budgets, voice), policy_factory(), seed=case.seed)
         records.append(record_from_episode(name, trial, episode, rewards))
     return records
 
 
 def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], spec: EvalSpec, *,
               greedy: bool, trial: int, batch_size: int = 64, bar: Any = None,
-              on_batch: Callable[[Any], None] | None = None) -> list[EvalRecord]:
+              on_batch: Callable[[Any], None] | None = None, voice: Any = None) -> list[EvalRecord]:
     """Play each case with the model through the batched rollout driver (same prompts as training);
-    `bar` (a progress bar) advances by each finished batch; `on_batch` gets each batch's `RolloutResult`."""
+    `bar` (a progress bar) advances by each finished batch; `on_batch` gets each batch's `RolloutResult`;
+    `voice` (a step-9 boundary) puts speech between the user and the model."""
     from cells.agent.rollout import GenerationSpec, rollout_batch
     from cells.step_08_rewards import rewards_of
 
@@ -128,7 +130,8 @@ def run_model(name: str, model: Any, tokenizer: Any, cases: Sequence[EvalCase], 
     for start in range(0, len(cases), batch_size):
         chunk = cases[start:start + batch_size]
         result = rollout_batch(
-            [env_for_case(c, spec.turn_budgets) for c in chunk], [c.seed for c in chunk], model=model, tokenizer=tokenizer,
+            [env_for_case(c, spec.turn_budgets, voice) for c in chunk], [c.seed for c in chunk], model=model,
+            tokenizer=tokenizer,
             generation=GenerationSpec(max_new_tokens_per_turn=spec.max_new_tokens_per_turn,
                                       max_episode_tokens=spec.max_episode_tokens,
                                       temperature=spec.sampled_temperature, greedy=greedy),

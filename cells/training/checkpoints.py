@@ -43,7 +43,7 @@ _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 # Profile fields that never change what training produces: evaluation sizes and bookkeeping.
 NOT_TRAINING_KNOBS = frozenset({
     "run_root", "save_every", "warm_start_eval_per_cell", "eval_episodes_per_cell", "pass_k",
-    "probe_episodes_per_policy", "bootstrap_resamples",
+    "probe_episodes_per_policy", "bootstrap_resamples", "voice_eval_per_cell",
 })
 # Fields only the GRPO stages read; the warm start (stage 0) ignores them. Any field not listed in
 # either set counts for every stage, so a newly added knob is compared rather than silently ignored.
