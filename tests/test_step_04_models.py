@@ -139,3 +139,16 @@ def test_canonical_json_fast_path_is_byte_identical_to_json_dumps(parts):
     """Seeds and ids hash canonical_json of [int | str, ...]; its shortcut must not move any digest."""
     assert canonical_json(parts) == json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**64 - 1))
+def test_seeded_random_is_random_random(seed):
+    """Every seeded decision draws from `seeded_random`: it must be exactly `random.Random(seed)`."""
+    import random
+
+    from cells.datamodel.seeding import seeded_random
+
+    ours, ref = seeded_random(seed), random.Random(seed)
+    assert ours.getstate() == ref.getstate()
+    assert [ours.random(), ours.randrange(10**6), ours.gauss(0, 1)] == [ref.random(), ref.randrange(10**6), ref.gauss(0, 1)]
