@@ -110,14 +110,18 @@ class JsonModel:
 # One encoder, built once: json.dumps with any option builds a new JSONEncoder per call (~10% of a small
 # digest's cost, and every seeded decision takes one).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_PART_TEXT: dict[type, Any] = {str: _json_string, int: int.__repr__}
 
 
 def canonical_json(value: Any) -> str:
     """Sorted-key, compact, UTF-8 JSON: the one serialisation used for hashing and ids."""
-    if type(value) is list and all(type(p) is str or type(p) is int for p in value):
+    if type(value) is list:
         # The digest parts of most seeded decisions, e.g. [seed, "airline.listings", 3]: built
         # directly, byte-identical to json.dumps (same C string encoder), at a fraction of the cost.
-        return "[" + ",".join(_json_string(p) if type(p) is str else int.__repr__(p) for p in value) + "]"
+        try:
+            return "[" + ",".join([_PART_TEXT[type(p)](p) for p in value]) + "]"
+        except KeyError:  # a part that is not exactly str or int (bool, float, dict, ...): the general path
+            pass
     return _CANONICAL.encode(_encode(value))
 
 
