@@ -31,7 +31,7 @@ def test_notebook_has_one_cell_per_step_and_banner():
 # Every step cell's summary line (what its `run` prints); 15 also reports stage 1.
 SUMMARY = {
     1: "[setup]", 2: "[profiles]", 3: "[data]", 4: "[models]", 5: "[vendors]", 6: "[drift]", 7: "[tasks]",
-    8: "[rewards]", 10: "[env]", 11: "[agent]", 12: "[model]", 13: "[grpo-config]", 14: "[trainer]",
+    8: "[rewards]", 9: "[voice]", 10: "[env]", 11: "[agent]", 12: "[model]", 13: "[grpo-config]", 14: "[trainer]",
     15: "[warm start]", 16: "[stage 2]", 17: "[stage 3]", 18: "[eval]", 19: "[eval] trained", 20: "[probe]",
     21: "[plots]", 22: "[summary]", 23: "[demo]", 24: "[export]", 25: "[conclusion]",
 }
