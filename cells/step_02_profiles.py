@@ -122,6 +122,9 @@ class Profile:
     adaptive_kl_target: float = 0.04  # the KL per token the callback steers towards
     adaptive_kl_beta_max: float = 1.0  # the callback never raises beta above this
     steps_per_stage: tuple[int, int, int] = (2, 2, 2)  # GRPO optimiser steps in curriculum stages 1, 2, 3
+    # The failure curriculum (cells/training/failures.py): before each stage the policy plays this many of the
+    # stage's training seeds greedily and the stage trains on the ones it fails. 0: every seed, in order.
+    grpo_failure_candidates: int = 0
     save_every: int = 1  # adapter checkpoint every N GRPO steps (resume point)
     # --- warm start (step 15) ---
     # True (CPU profiles): the warm start trains ALL weights of the never-pretrained tiny model, which then

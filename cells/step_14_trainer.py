@@ -2,7 +2,8 @@
 
 - `EpisodeDatasetAdapter`: record `i` = curriculum step `i` = `{"prompt", "_meta": {goal, episode_seed,
   stage, language_weights}}`, derived purely from `i` (stateless; `peek`, `__len__`, `__getitem__`,
-  `__iter__`). TRL wants a `datasets.Dataset`, so the trainer feeds TRL a dataset of step indices and
+  `__iter__`); the seed is `stage_base_seed + i`, or `seeds[i % len(seeds)]` when a seed list is given
+  (the failure curriculum, `cells/training/failures.py`). TRL wants a `datasets.Dataset`, so the trainer feeds TRL a dataset of step indices and
   materialises the records itself.
 - `make_driftcall_grpo_trainer_cls()` -> `DriftCallGRPOTrainer(trl.GRPOTrainer)`. Its
   `_generate_and_score_completions` runs G multi-turn episodes per distinct prompt through
@@ -101,7 +102,8 @@ class EpisodeDatasetAdapter:
     LENGTH = 1_000_000  # sampler sizing only; the run length is GRPOConfig.max_steps
 
     def __init__(self, *, task_gen: Callable[..., Any], env_factory: EnvFactory, stage: Literal[1, 2, 3],
-                 stage_base_seed: int, language_weights: dict[LanguageCode, float], tokenizer: Any) -> None:
+                 stage_base_seed: int, language_weights: dict[LanguageCode, float], tokenizer: Any,
+                 seeds: tuple[int, ...] = ()) -> None:
         if stage not in (1, 2, 3):
             raise TrainerSetupError(f"stage must be 1, 2 or 3, got {stage!r}")
         self.task_gen = task_gen
@@ -110,9 +112,14 @@ class EpisodeDatasetAdapter:
         self.stage_base_seed = int(stage_base_seed)
         self.language_weights = dict(language_weights)
         self.tokenizer = tokenizer
+        self.seeds = tuple(int(s) for s in seeds)  # when given, record i plays seeds[i % len(seeds)]
+
+    def seed_of(self, step: int) -> int:
+        """The episode seed of curriculum step `step`: `stage_base_seed + step`, or the given seed list, cycled."""
+        return self.seeds[int(step) % len(self.seeds)] if self.seeds else self.stage_base_seed + int(step)
 
     def _build_record(self, step: int) -> dict[str, Any]:
-        seed = self.stage_base_seed + int(step)
+        seed = self.seed_of(step)
         goal = self.task_gen(seed=seed, stage=self.stage, language_weights=dict(self.language_weights))
         meta = {"goal": goal, "episode_seed": seed, "stage": self.stage,
                 "language_weights": dict(self.language_weights)}

@@ -95,6 +95,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
     from cells.step_10_env import stage_env_factories
     from cells.step_13_grpo_config import build_grpo_config, reward_fn
     from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
+    from cells.training.failures import stage_failure_seeds
     from cells.training.signal import SignalReport
     from cells.training.stages import curriculum_max_steps
 
@@ -105,12 +106,13 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
     )
     languages = ctx.profile.languages_for_stage(stage)
     env_factory = (ctx.env_factory or stage_env_factories(ctx.profile))[stage]  # step 10's, or the same built here
-    dataset = EpisodeDatasetAdapter(
-        task_gen=generate, env_factory=env_factory, stage=stage,
-        stage_base_seed=TRAIN_SEEDS.seed((stage - 1) * 100_000_000),  # disjoint seed block per stage
-        language_weights=languages, tokenizer=ctx.tokenizer,
-    )
+    first_seed = TRAIN_SEEDS.seed((stage - 1) * 100_000_000)  # disjoint seed block per stage
     ensure_grpo_policy(ctx)
+    dataset = EpisodeDatasetAdapter(
+        task_gen=generate, env_factory=env_factory, stage=stage, stage_base_seed=first_seed,
+        language_weights=languages, tokenizer=ctx.tokenizer,
+        seeds=stage_failure_seeds(ctx.model, ctx.tokenizer, ctx.profile, env_factory, first_seed, output_dir),
+    )
     trainer_cls = make_driftcall_grpo_trainer_cls()
     return trainer_cls(
         model=ctx.model,

@@ -130,6 +130,33 @@ def test_dataset_adapter_is_deterministic():
                                   language_weights={}, tokenizer=None)
 
 
+def test_dataset_adapter_cycles_a_given_seed_list():
+    data = s14.EpisodeDatasetAdapter(task_gen=lambda seed, stage, language_weights: toy_goal(seed), env_factory=ToyEnv,
+                                     stage=1, stage_base_seed=100, language_weights={"en": 1.0},
+                                     tokenizer=RecordingTokenizer(), seeds=(7, 3, 9))
+    assert [data.peek(i).episode_seed for i in range(5)] == [7, 3, 9, 7, 3]
+
+
+def test_failure_curriculum_keeps_the_failed_seeds_and_reuses_its_list(tiny_cache, tmp_path):
+    import json
+
+    from cells.training.failures import SEEDS_FILE, stage_failure_seeds
+
+    model, tok = fresh_policy(tiny_cache)
+    profile = dataclasses.replace(get_profile("cpu-smoke"), grpo_failure_candidates=3, max_new_tokens_per_turn=6,
+                                  max_episode_tokens=48)
+    from cells.step_10_env import make_env_factory
+
+    seeds = stage_failure_seeds(model, tok, profile, make_env_factory(1), 500, tmp_path)
+    assert seeds == (500, 501, 502)  # an untrained model completes no task
+    saved = json.loads((tmp_path / SEEDS_FILE).read_text())
+    assert saved == {"candidates": 3, "first_seed": 500, "failed": [500, 501, 502]}
+    (tmp_path / SEEDS_FILE).write_text(json.dumps({**saved, "failed": [501]}))
+    assert stage_failure_seeds(None, tok, profile, None, 500, tmp_path) == (501,)  # resumed: the saved list
+    assert stage_failure_seeds(model, tok, dataclasses.replace(profile, grpo_failure_candidates=0), None, 0,
+                               tmp_path / "off") == ()
+
+
 # --- helpers --------------------------------------------------------------------------------------
 
 

@@ -50,6 +50,7 @@ NOT_TRAINING_KNOBS = frozenset({
 GRPO_ONLY_KNOBS = frozenset({
     "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate",
     "max_grad_norm", "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage",
+    "grpo_failure_candidates",
 })  # not language_weights: the warm start draws each sft stage's goals with them
 WAYS_ON = (
     "Two ways on: train into a new run directory (`python -m cells run --run-dir NEW_DIR`; notebook: "
