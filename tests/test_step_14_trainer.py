@@ -153,6 +153,8 @@ def test_failure_curriculum_keeps_the_failed_seeds_and_reuses_its_list(tiny_cach
     assert saved == {"candidates": 3, "first_seed": 500, "failed": [500, 501, 502]}
     (tmp_path / SEEDS_FILE).write_text(json.dumps({**saved, "failed": [501]}))
     assert stage_failure_seeds(None, tok, profile, None, 500, tmp_path) == (501,)  # resumed: the saved list
+    more = dataclasses.replace(profile, grpo_failure_candidates=4)  # another knob value: mined again
+    assert stage_failure_seeds(model, tok, more, make_env_factory(1), 500, tmp_path) == (500, 501, 502, 503)
     assert stage_failure_seeds(model, tok, dataclasses.replace(profile, grpo_failure_candidates=0), None, 0,
                                tmp_path / "off") == ()
 

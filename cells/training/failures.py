@@ -35,25 +35,25 @@ def failing_seeds(model: Any, tokenizer: Any, profile: Any, env_factory: Any, se
 
 def stage_failure_seeds(model: Any, tokenizer: Any, profile: Any, env_factory: Any, first_seed: int,
                         stage_dir: Path) -> tuple[int, ...]:
-    """The stage's curriculum seeds: saved ones if the stage has started before, else mined now from the
-    `profile.grpo_failure_candidates` seeds from `first_seed` (and saved). () when the knob is 0 or the policy
-    fails none of them (the stage then trains on every seed in order)."""
+    """The stage's curriculum seeds: saved ones if the stage has started before with the same candidates, else
+    mined now from the `profile.grpo_failure_candidates` seeds from `first_seed` (and saved). () when the knob
+    is 0 or the policy fails none of them (the stage then trains on every seed in order)."""
     from cells.distributed import is_main_process, main_process_first
 
     candidates = profile.grpo_failure_candidates
     if candidates <= 0:
         return ()
     path = Path(stage_dir) / SEEDS_FILE
+    wanted = {"candidates": candidates, "first_seed": first_seed}
     with main_process_first():  # several processes: the main one mines and saves, the others read its list
-        if not path.is_file():
+        if not path.is_file() or {k: json.loads(path.read_text(encoding="utf-8")).get(k) for k in wanted} != wanted:
             was_training = model.training
             model.eval()
             failed = failing_seeds(model, tokenizer, profile, env_factory, list(range(first_seed, first_seed + candidates)))
             model.train(was_training)
             if is_main_process():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps({"candidates": candidates, "first_seed": first_seed, "failed": failed}),
-                                encoding="utf-8")
+                path.write_text(json.dumps({**wanted, "failed": failed}), encoding="utf-8")
         saved = json.loads(path.read_text(encoding="utf-8"))
     print(f"[failures] stage curriculum: {len(saved['failed'])} of {saved['candidates']} training seeds failed "
           f"greedily; the stage trains on those")
