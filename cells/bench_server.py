@@ -25,7 +25,6 @@ import json
 import os
 import random
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -156,16 +155,12 @@ class _ReplayCore:
         self.pending = []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def _start(kind: str, stage: int, max_sessions: int, token: str) -> tuple[subprocess.Popen[bytes], int]:
     import httpx
 
-    port = _free_port()
+    from cells.distributed import free_port
+
+    port = free_port(HOST)
     code = f"from cells.bench_server import _serve; _serve({kind!r}, {port}, {stage}, {max_sessions})"
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "DRIFTCALL_TOKEN": token})
     deadline = time.monotonic() + 60

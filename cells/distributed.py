@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,3 +56,20 @@ def main_process_first() -> Iterator[None]:
         return
     with _state().main_process_first():
         yield
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now (the launcher's rendezvous port; loopback servers in benches and tests)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def launch_command(processes: int, *args: str) -> list[str]:
+    """The command line running `python *args` as `processes` training processes: plain python for one,
+    `accelerate launch --multi_gpu` (torchrun underneath; gloo processes where there is no GPU) for several."""
+    if processes == 1:
+        return [sys.executable, *args]
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(free_port()), *args]

@@ -219,7 +219,8 @@ class DriftCallEnv:
             live.results.append(result)
         if message is not None:
             live.user_messages.append(message)
-            message = dataclasses.replace(message, text=self._heard(message.text, message.language))
+            if self.voice is not None:  # what the agent reads is the transcript; the episode keeps what was said
+                message = dataclasses.replace(message, text=self._heard(message.text, message.language))
         if action.action_type in (ActionType.SUBMIT, ActionType.ABORT):
             self._finish(TerminatedBy(action.action_type.value))
         elif live.turn >= live.max_turns:

@@ -297,7 +297,7 @@ def make_driftcall_grpo_trainer_cls(base_cls: type[Any] | None = None) -> type[A
     return type("DriftCallGRPOTrainer", (resolved,), {
         "__init__": _make_driftcall_init(resolved),
         "_generate_and_score_completions": impl.generate_and_score_completions,
-        "_driftcall_rows": impl.materialise_groups,
+        "_driftcall_rows": impl.materialise_runs,
         "_driftcall_logps": impl.old_and_ref_logps,
         "__doc__": "GRPOTrainer whose completions are whole multi-turn DriftCall episodes.",
     })

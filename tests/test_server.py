@@ -24,6 +24,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from cells.distributed import free_port
 from cells.server.middleware import CLOSE_IDLE, CLOSE_TOO_BIG, Limits
 
 TOKEN, JUDGE = "agent-token-0123456789", "judge-token-0123456789"
@@ -41,9 +42,7 @@ def served(stage: int = 2, token: str | None = TOKEN, **limits: Any) -> Iterator
 
     lim = Limits(**limits)
     app = build_app(stage, token=token, judge_token=JUDGE, limits=lim)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            **uvicorn_options(lim)))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -11,28 +11,27 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from cells.distributed import launch_command
+
 WORKER = Path(__file__).with_name("mp_grpo_worker.py")
 pytestmark = pytest.mark.xdist_group("multiprocess")  # one xdist worker builds the two runs both tests read
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _env() -> dict[str, str]:
+    """This process's environment for a launched run: offline, one thread per process, no WORLD_SIZE of ours."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("WORLD_SIZE", None)
+    return env
 
 
 def _run(cmd: list[str], out: Path) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("WORLD_SIZE", None)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = sorted(out.glob("rank*.json"))
     return {"ranks": [json.loads(p.read_text()) for p in ranks], "lora": torch.load(out / "lora.pt")}
@@ -42,11 +41,8 @@ def _run(cmd: list[str], out: Path) -> dict:
 def runs(tmp_path_factory):
     cache = tmp_path_factory.mktemp("tiny")
     one, two = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
-    single = _run([sys.executable, str(WORKER), str(one), str(cache)], one)  # also builds the cached tiny model
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-              "--main_process_port", str(_free_port())]
-    double = _run([*launch, str(WORKER), str(two), str(cache)], two)
+    single = _run(launch_command(1, str(WORKER), str(one), str(cache)), one)  # also builds the cached tiny model
+    double = _run(launch_command(2, str(WORKER), str(two), str(cache)), two)
     return single, double
 
 
@@ -73,17 +69,9 @@ def test_two_processes_make_the_same_first_update(runs):
     assert apart < 1e-4, (apart, moved)  # measured: 1.3e-6 apart for a 0.01 move
 
 
-def _launch(*args: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--main_process_port", str(_free_port()), *args]
-
-
 def _pipeline(run_dir: Path, *args: str) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("WORLD_SIZE", None)
-    cmd = _launch("-m", "cells", "run", "--profile", "cpu-smoke", "--run-dir", str(run_dir), *args)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
+    cmd = launch_command(2, "-m", "cells", "run", "--profile", "cpu-smoke", "--run-dir", str(run_dir), *args)
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from cells.distributed import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -32,9 +33,7 @@ def servers(n: int) -> Iterator[list[str]]:
     env = {**os.environ, "DRIFTCALL_TOKEN": TOKEN, "DRIFTCALL_JUDGE_TOKEN": JUDGE}
     try:
         for _ in range(n):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
+            port = free_port()
             procs.append(subprocess.Popen([sys.executable, "-m", "cells", "serve", "--stage", str(STAGE),
                                            "--port", str(port)], cwd=ROOT, env=env,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

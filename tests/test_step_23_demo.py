@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cells.distributed import free_port
 from cells.step_04_models import LANGUAGES
 from cells.step_07_tasks import script_of
 from cells.step_23_demo import MODEL_PLAYERS, DemoError, DemoPanel, DemoSession, player_names, render_html
@@ -150,12 +151,6 @@ DEMO_NOTEBOOK = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
 def test_demo_in_a_real_browser_through_voila(tmp_path: Path) -> None:
@@ -165,7 +160,7 @@ def test_demo_in_a_real_browser_through_voila(tmp_path: Path) -> None:
 
     notebook = tmp_path / "demo.ipynb"
     notebook.write_text(json.dumps(DEMO_NOTEBOOK), encoding="utf-8")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(
         [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",

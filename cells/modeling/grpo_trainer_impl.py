@@ -21,7 +21,7 @@ from cells.modeling.grpo_batch import (
 )
 
 
-def materialise_groups(self: Any, inputs: list[Mapping[str, Any]], num_generations: int
+def materialise_runs(self: Any, inputs: list[Mapping[str, Any]], num_generations: int
                        ) -> list[tuple[dict[str, Any], int, int]]:
     """`(record, first_generation, count)` per prompt run of this process's rows; a record is
     `{"prompt", "_meta"}`. With several processes a group's rows may be split between them (`prompt_runs`)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,23 +75,10 @@ def worker(out: Path, profile_name: str, steps: int, model_dir: str | None) -> N
             "model_tokens_per_episode": sum(tokens) / max(1, len(tokens))}))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def launch_command(processes: int, *args: str) -> list[str]:
-    """The command line for `processes` training processes: plain python for one, `accelerate launch` for N."""
-    if processes == 1:
-        return [sys.executable, *args]
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--main_process_port", str(_free_port()), *args]
-
-
 def measure(processes: int, profile: str, steps: int, model_dir: str | None) -> dict[str, Any]:
     """Run the worker under `processes` processes; its result plus seconds per step after the warm-up step."""
+    from cells.distributed import launch_command
+
     with tempfile.TemporaryDirectory() as tmp:
         args = ["-m", "cells.training.bench_scale", "worker", tmp, profile, str(steps), model_dir or ""]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

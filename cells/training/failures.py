@@ -46,15 +46,16 @@ def stage_failure_seeds(model: Any, tokenizer: Any, profile: Any, env_factory: A
     path = Path(stage_dir) / SEEDS_FILE
     wanted = {"candidates": candidates, "first_seed": first_seed}
     with main_process_first():  # several processes: the main one mines and saves, the others read its list
-        if not path.is_file() or {k: json.loads(path.read_text(encoding="utf-8")).get(k) for k in wanted} != wanted:
+        saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        if {k: saved.get(k) for k in wanted} != wanted:
             was_training = model.training
             model.eval()
             failed = failing_seeds(model, tokenizer, profile, env_factory, list(range(first_seed, first_seed + candidates)))
             model.train(was_training)
+            saved = {**wanted, "failed": failed}
             if is_main_process():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps({**wanted, "failed": failed}), encoding="utf-8")
-        saved = json.loads(path.read_text(encoding="utf-8"))
+                path.write_text(json.dumps(saved), encoding="utf-8")
     print(f"[failures] stage curriculum: {len(saved['failed'])} of {saved['candidates']} training seeds failed "
           f"greedily; the stage trains on those")
     return tuple(saved["failed"])
