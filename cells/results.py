@@ -175,10 +175,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def _minutes(timings: Mapping[str, float] | None) -> str:
+def warm_start_reused(timings: Mapping[str, float] | None, warm: Mapping[str, Any]) -> bool:
+    """True when the run directory's warm start was trained by an earlier invocation: step 15's recorded time
+    is shorter than the SFT that `warm_start.json` says it took (a resumed run loads the saved model)."""
+    sft_seconds = (warm.get("training") or {}).get("seconds")
+    return bool(timings) and sft_seconds is not None and timings.get("step_15_train_stage1", 0.0) < sft_seconds
+
+
+def _minutes(timings: Mapping[str, float] | None, reused: bool = False) -> str:
     if not timings:
         return "n/a"
-    phases = {"warm start + GRPO stage 1": "step_15_train_stage1", "GRPO stage 2": "step_16_train_stage2",
+    first = "GRPO stage 1" if reused else "warm start + GRPO stage 1"
+    phases = {first: "step_15_train_stage1", "GRPO stage 2": "step_16_train_stage2",
               "GRPO stage 3": "step_17_train_stage3", "evaluation (18-19)": ("step_18_eval_baseline",
                                                                               "step_19_eval_final")}
     parts = []
@@ -186,6 +194,22 @@ def _minutes(timings: Mapping[str, float] | None) -> str:
         secs = sum(timings.get(m, 0.0) for m in ((mods,) if isinstance(mods, str) else mods))
         parts.append(f"{label} {secs / 60:.1f}")
     return f"{sum(timings.values()) / 60:.1f} min in all ({'; '.join(parts)} min)"
+
+
+def _how_run(name: str, run_dir: Path, timings: Mapping[str, float] | None, warm: Mapping[str, Any]) -> str:
+    """The header sentence: the commands behind the run directory and its wall time; a reused warm start says
+    so and names its own recorded minutes, which the steps' wall time does not contain."""
+    then = f"then `python -m cells results --run-dir {run_dir}`"
+    if not warm_start_reused(timings, warm):
+        return (f"`python -m cells run --profile {name} --fresh`, {then}. Wall time: {_minutes(timings)}.")
+    sft = warm["training"]["seconds"]
+    copy = (warm.get("copy_pretrain") or {}).get("seconds", 0.0)
+    steps = sum((timings or {}).values())
+    return (f"`python -m cells run --profile {name} --run-dir {run_dir}` over a warm start trained by an earlier "
+            f"invocation and reused here (its own record, `training/warm_start/warm_start.json`: SFT "
+            f"{_duration(sft)}, copy pretraining {_duration(copy)}), {then}. Wall time of the steps recorded in this "
+            f"directory: {_minutes(timings, reused=True)}; with the warm start's recorded SFT and copy pretraining "
+            f"{(steps + sft + copy) / 60:.1f} min (its data generation and checkpoint plays not included).")
 
 
 def _generation_lines(reports: Mapping[str, Any], memory: Mapping[str, float] | None) -> list[str]:
@@ -215,8 +239,7 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     begin, end = markers(name)
     parts = [begin, "",
              f"Profile `{name}` (seed {profile.get('seed')}), run directory `{run_dir.name}`: "
-             f"`python -m cells run --profile {name} --fresh`, then `python -m cells results --run-dir {run_dir}`. "
-             f"Wall time: {_minutes(timings)}.", ""]
+             f"{_how_run(name, run_dir, timings, warm)}", ""]
     training = warm.get("training")
     if training:
         drills = training["examples"] - int(profile.get("sft_episodes") or training["examples"])

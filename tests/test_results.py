@@ -68,6 +68,19 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
     assert "100 examples (60 fresh expert conversations + 40 search drills)" in results.results_section(run)
 
 
+def test_a_reused_warm_start_is_named_with_its_own_minutes(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    fresh = results.results_section(run)
+    assert "--fresh" in fresh and "warm start + GRPO stage 1 10.0" in fresh and "reused here" not in fresh
+    # a resumed invocation: step 15 loaded the saved warm start (its SFT took 6 s in warm_start.json) in 1 s
+    (run / "timings.json").write_text(json.dumps({"step_15_train_stage1": 1.0, "step_16_train_stage2": 299.0}))
+    text = results.results_section(run)
+    assert "--fresh" not in text and f"--run-dir {run}" in text
+    assert "reused here" in text and "SFT 6 s, copy pretraining 2.2 min" in text
+    assert "GRPO stage 1 0.0; GRPO stage 2 5.0" in text and "warm start + GRPO" not in text
+    assert "5.0 min in all" in text and "7.3 min (its data generation" in text  # 300 s + 6 s + 134 s
+
+
 def test_targets_say_met_or_not_from_measurements(tmp_path):
     run, _, _ = _fake_run(tmp_path, with_probe_share=0.05)
     reports = results.load_reports(run)
