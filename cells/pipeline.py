@@ -19,7 +19,7 @@ from cells.distributed import is_main_process
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from cells.step_01_setup import RuntimeInfo
     from cells.step_02_profiles import Profile
@@ -107,6 +107,9 @@ class Context:
     reports: dict[str, Any] = field(default_factory=dict)  # steps 18-22: eval specs, records, reports
     artifacts: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # Step modules that only reloaded finished training this session (steps 15-17 found it on disk): their
+    # timings.json entries keep the time of the invocation that did the work.
+    reused_steps: set[str] = field(default_factory=set)
     peak_memory_mb: dict[str, float] = field(default_factory=dict)  # process peak RSS at the end of each step
     completed: list[int] = field(default_factory=list)
     # --fresh: the first training step (15-17) deletes run_dir/training/ and resets this to False;
@@ -229,12 +232,15 @@ MEMORY_FILE = "memory.json"
 def save_timings(ctx: Context) -> None:
     """Merge this session's step wall times into `<run_dir>/timings.json` (seconds per step module) and the
     process's peak memory at the end of each step into `memory.json` (MiB; a rerun of a step overwrites its
-    entry), so reports and the README can say how long each phase took and what it needed."""
-    _merge_json(Path(ctx.run_dir) / TIMINGS_FILE, {k: round(v, 3) for k, v in ctx.timings.items()})
+    entry, except the time of a step that only reloaded finished training: `ctx.reused_steps`), so reports and
+    the README can say how long each phase took and what it needed."""
+    _merge_json(Path(ctx.run_dir) / TIMINGS_FILE, {k: round(v, 3) for k, v in ctx.timings.items()},
+                keep_saved=ctx.reused_steps)
     _merge_json(Path(ctx.run_dir) / MEMORY_FILE, {k: round(v, 1) for k, v in ctx.peak_memory_mb.items()})
 
 
-def _merge_json(path: Path, values: dict[str, float]) -> None:
+def _merge_json(path: Path, values: dict[str, float], keep_saved: Collection[str] = ()) -> None:
+    """Update the JSON object in `path` with `values`; keys in `keep_saved` that it already has keep their value."""
     import json
 
     if not path.parent.is_dir():
@@ -243,7 +249,7 @@ def _merge_json(path: Path, values: dict[str, float]) -> None:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         saved = {}
-    saved.update(values)
+    saved.update({k: v for k, v in values.items() if k not in keep_saved or k not in saved})
     path.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 

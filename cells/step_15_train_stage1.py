@@ -321,12 +321,12 @@ def evaluate_warm_start(ctx: Context) -> WarmStartEval | None:
 
 def run(ctx: Context) -> Context:
     """Warm start, its held-out parse-rate check, then GRPO stage 1."""
-    from cells.training.stages import run_context_stage
+    from cells.training.stages import note_if_reused, run_context_stage
 
     result = warm_start(ctx)
     first = f"{result.losses[0]:.3f}" if result.losses else "-"
     last = f"{result.losses[-1]:.3f}" if result.losses else "-"
     print(f"[warm start] {result.examples:,} examples, {result.steps:,} steps, loss {first} -> {last}")
     save_warm_start_summary(ctx, result, evaluate_warm_start(ctx))
-    run_context_stage(ctx, STAGE, build_stage_trainer)
+    note_if_reused(ctx, __name__, result.steps, run_context_stage(ctx, STAGE, build_stage_trainer).trained_steps)
     return ctx

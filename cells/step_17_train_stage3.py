@@ -26,7 +26,8 @@ STAGE = 3
 
 def run(ctx: Context) -> Context:
     """GRPO stage 3, continuing from stage 2."""
-    from cells.training.stages import run_context_stage
+    from cells.training.stages import note_if_reused, run_context_stage
 
-    run_context_stage(ctx, STAGE, step_15_train_stage1.build_stage_trainer)  # same wiring for every stage
+    result = run_context_stage(ctx, STAGE, step_15_train_stage1.build_stage_trainer)  # same wiring for every stage
+    note_if_reused(ctx, __name__, result.trained_steps)
     return ctx

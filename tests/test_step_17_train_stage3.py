@@ -6,6 +6,7 @@ tiny model, a toy reward and fixed conversations.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import torch
 from tiny import a_reward, grpo_config, prompt_dataset, tiny_model, tiny_tokenizer
 
 from cells import step_15_train_stage1, step_16_train_stage2, step_17_train_stage3
-from cells.pipeline import make_context
+from cells.pipeline import make_context, run_step
 from cells.training.checkpoints import adapter_state, load_adapter_weights, read_meta
 from cells.training.curriculum import CurriculumError, StageResult
 from cells.training.metrics import read_metrics_csv
@@ -92,6 +93,23 @@ def test_rerun_in_a_fresh_process_skips_done_stages_and_loads_weights(tmp_path, 
     assert fresh.trainer_state["stage2"].trained_steps == 0
     for k, v in adapter_state(fresh.model).items():
         torch.testing.assert_close(v, final[k])
+
+
+def test_a_rerun_that_only_reloads_training_keeps_the_recorded_step_times(tmp_path, wired):
+    ctx = _context(tmp_path)
+    for number in (15, 16):
+        ctx = run_step(ctx, number)
+    timings = tmp_path / "run" / "timings.json"
+    trained = json.loads(timings.read_text())
+    assert set(trained) == {"step_15_train_stage1", "step_16_train_stage2"} and not ctx.reused_steps
+
+    again = _context(tmp_path)  # a new session on the same run dir: warm start and stages 1-2 are on disk
+    for number in (15, 16, 17):
+        again = run_step(again, number)
+    assert again.reused_steps == {"step_15_train_stage1", "step_16_train_stage2"}  # stage 3 trained
+    recorded = json.loads(timings.read_text())
+    assert {k: recorded[k] for k in trained} == trained  # the reloads' seconds did not replace the training's
+    assert recorded["step_17_train_stage3"] == round(again.timings["step_17_train_stage3"], 3)
 
 
 def test_stage2_without_stage1_names_the_missing_step(tmp_path, wired):

@@ -147,6 +147,13 @@ def drop_reference_adapter(model: Any) -> None:
         model.delete_adapter(REFERENCE_ADAPTER)
 
 
+def note_if_reused(ctx: Any, step_module: str, *trained: int) -> None:
+    """Add `step_module` (a step's `__name__`) to `ctx.reused_steps` when every count in `trained` (optimiser steps
+    run this session) is 0: the step only reloaded finished training, so its time is not the training's."""
+    if not any(trained):
+        ctx.reused_steps.add(step_module.rsplit(".", 1)[-1])
+
+
 def run_context_stage(ctx: Any, stage: int, builder: StageTrainerBuilder) -> StageResult:
     """Run GRPO curriculum `stage` for `ctx` with `builder`, record it and return the result."""
     start_over_if_fresh(ctx)
