@@ -284,9 +284,12 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
                   f"of {diag.get('searches', 0)} searches had every goal slot (cities, dates) right; "
                   f"{diag.get('episodes_with_booking', 0)} episodes booked anything.", ""]
     if reports.get("paired_grpo_vs_control"):
-        minutes = ((reports.get("control") or {}).get("control") or {}).get("grpo_seconds", 0.0) / 60
-        parts += [f"SFT-only control (`python -m cells control`): the warm start trained {minutes:.1f} more minutes "
-                  "(GRPO's time) on fresh expert conversations instead. Control − warm start:", "",
+        control = (reports.get("control") or {}).get("control") or {}
+        took = (f"; it took {control['seconds'] / 60:.1f} min here ({control['tokens']:,} tokens, "
+                f"{control['trained_tokens']:,} trained)" if control.get("seconds") else "")
+        parts += [f"SFT-only control (`python -m cells control`): the warm start trained further on fresh expert "
+                  f"conversations instead, sized to GRPO's {control.get('grpo_seconds', 0.0) / 60:.1f} minutes at the "
+                  f"warm start's recorded tokens/s{took}. Control − warm start:", "",
                   _pairedtable(reports.get("paired_control")), "GRPO − control:", "",
                   _pairedtable(reports["paired_grpo_vs_control"])]
     else:

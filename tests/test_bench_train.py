@@ -58,3 +58,31 @@ def test_bench_train_is_reachable_from_the_cli(monkeypatch, capsys):
     assert seen == {"profile": "cpu-smoke", "sft_episodes": 240, "sft_steps": 3, "grpo_steps": 2}
     assert "SFT training tokens/s" in capsys.readouterr().out
     assert main is bt.main
+
+
+def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from cells import step_15_train_stage1
+    from cells.pipeline import make_context
+    from cells.training.bench_train import bench_grpo
+
+    seen = {}
+
+    class Trainer:  # what bench_grpo reads of a trainer: args, train(), the logged rollout figures
+        args = SimpleNamespace(save_strategy="steps", disable_tqdm=False)
+        state = SimpleNamespace(log_history=[{"rollout/tokens_per_s": 500.0, "rollout/model_tokens_mean": 100.0}])
+
+        def train(self):
+            return None
+
+    def builder(ctx, stage, out, callbacks):
+        seen["candidates"] = ctx.profile.grpo_failure_candidates
+        return Trainer()
+
+    monkeypatch.setattr(step_15_train_stage1, "build_stage_trainer", builder)
+    ctx = make_context("cpu-learn", tmp_path)  # two groups of 8 a step, failure curriculum on
+    assert ctx.profile.prompts_per_step == 2 and ctx.profile.grpo_failure_candidates > 0
+    _, rate, tokens = bench_grpo(ctx, steps=1)
+    assert seen["candidates"] == 0  # the greedy mining before step 1 is not a step's cost
+    assert rate == 500.0 and tokens == 100.0 * 8 * 2  # per-episode mean times every episode of the step

@@ -81,6 +81,19 @@ def test_a_reused_warm_start_is_named_with_its_own_minutes(tmp_path):
     assert "5.0 min in all" in text and "7.3 min (its data generation" in text  # 300 s + 6 s + 134 s
 
 
+def test_the_control_says_the_minutes_it_was_sized_to_and_those_it_took(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    assert "SFT-only control: not run" in results.results_section(run)
+    final = json.loads((run / "eval_final.json").read_text())
+    control = {"grpo_seconds": 1200.0, "seconds": 2880.0, "tokens": 5_000_000, "trained_tokens": 1_000_000}
+    (run / "eval_sft_control.json").write_text(json.dumps({**final, "control": control}))
+    for name in ("eval_paired_control.json", "eval_paired_grpo_vs_control.json"):
+        (run / name).write_text((run / "eval_paired.json").read_text())
+    text = results.results_section(run)
+    assert "sized to GRPO's 20.0 minutes" in text and "it took 48.0 min here (5,000,000 tokens, 1,000,000 trained)" in text
+    assert "GRPO − control:" in text
+
+
 def test_targets_say_met_or_not_from_measurements(tmp_path):
     run, _, _ = _fake_run(tmp_path, with_probe_share=0.05)
     reports = results.load_reports(run)

@@ -127,7 +127,8 @@ def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float]:
     from cells.step_15_train_stage1 import build_stage_trainer
     from cells.training.stages import curriculum_max_steps
 
-    ctx.profile = dataclasses.replace(ctx.profile, steps_per_stage=(steps, 0, 0))
+    # the failure curriculum's greedy mining happens before the first step: not what a step costs
+    ctx.profile = dataclasses.replace(ctx.profile, steps_per_stage=(steps, 0, 0), grpo_failure_candidates=0)
     assert curriculum_max_steps(ctx) == steps
     trainer = build_stage_trainer(ctx, 1, Path(ctx.run_dir) / "grpo", [])
     trainer.args.save_strategy = "no"
@@ -137,7 +138,8 @@ def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float]:
     seconds = (time.perf_counter() - t0) / steps
     logs = [h for h in trainer.state.log_history if "rollout/tokens_per_s" in h]
     rate = sum(h["rollout/tokens_per_s"] for h in logs) / len(logs)
-    tokens = sum(h["rollout/model_tokens_mean"] for h in logs) / len(logs) * ctx.profile.num_generations
+    episodes = ctx.profile.num_generations * ctx.profile.prompts_per_step  # one step's batch
+    tokens = sum(h["rollout/model_tokens_mean"] for h in logs) / len(logs) * episodes
     return seconds, rate, tokens
 
 
@@ -186,7 +188,7 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
         sft, padding, stock_rate = bench_sft(model, tok, dataset, profile, sft_steps, Path(tmp) / "sft")
         ctx.model, ctx.tokenizer = (model if hasattr(model, "peft_config") else attach_adapter(model, profile)), tok
         grpo_s, rollout_rate, tokens = bench_grpo(ctx, grpo_steps)
-        mean_completion = max(1, round(tokens / profile.num_generations))
+        mean_completion = max(1, round(tokens / (profile.num_generations * profile.prompts_per_step)))
         drop_reference_adapter(ctx.model)  # the plain trainer adds its own frozen `ref` copy
         floor_s, floor_tokens = bench_floor(ctx.model, tok, profile, mean_completion, grpo_steps, Path(tmp) / "floor")
     return TrainBench(profile_name, params, sft, padding, stock_rate, grpo_s, rollout_rate, tokens, floor_s, floor_tokens)
