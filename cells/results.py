@@ -204,7 +204,7 @@ def _how_run(name: str, run_dir: Path, timings: Mapping[str, float] | None, warm
         return (f"`python -m cells run --profile {name} --fresh`, {then}. Wall time: {_minutes(timings)}.")
     sft = warm["training"]["seconds"]
     copy = (warm.get("copy_pretrain") or {}).get("seconds", 0.0)
-    steps = sum((timings or {}).values())
+    steps = sum(timings.values())  # non-empty: warm_start_reused needs recorded timings
     return (f"`python -m cells run --profile {name} --run-dir {run_dir}` over a warm start trained by an earlier "
             f"invocation and reused here (its own record, `training/warm_start/warm_start.json`: SFT "
             f"{_duration(sft)}, copy pretraining {_duration(copy)}), {then}. Wall time of the steps recorded in this "

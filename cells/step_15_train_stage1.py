@@ -328,5 +328,6 @@ def run(ctx: Context) -> Context:
     last = f"{result.losses[-1]:.3f}" if result.losses else "-"
     print(f"[warm start] {result.examples:,} examples, {result.steps:,} steps, loss {first} -> {last}")
     save_warm_start_summary(ctx, result, evaluate_warm_start(ctx))
-    note_if_reused(ctx, __name__, result.steps, run_context_stage(ctx, STAGE, build_stage_trainer).trained_steps)
+    stage = run_context_stage(ctx, STAGE, build_stage_trainer)
+    note_if_reused(ctx, __name__, result.steps, stage.trained_steps)
     return ctx
