@@ -3,9 +3,12 @@
 The question it answers: were GRPO's minutes better spent than the same minutes of more supervised
 warm start? It reloads the run's warm-started model (`training/warm_start/model`), trains it further
 with the same `sft_warm_start` on *fresh* expert conversations (a seed block the warm start never used)
-for about as long as the run's GRPO stages took (the sum of their per-step `step_time` in
-`training/metrics.csv`, converted to conversations with the warm start's own measured tokens/s), then
-evaluates it on exactly the run's evaluation spec (`eval_baseline.json`'s cases and decoding) and pairs it:
+for as many training tokens as the warm start's own measured tokens/s would process in the time the run's
+GRPO stages took (the sum of their per-step `step_time` in `training/metrics.csv`). Its data follow the warm
+start's recipe (stages, languages, turn budgets, search drills: `step_15.sft_plan_item`) on seed blocks the
+warm start never used, cut to that token budget (`take_token_budget`), so the control's length per example
+is the warm start's and its compute is GRPO's. It then evaluates on exactly the run's evaluation spec
+(`eval_baseline.json`'s cases and decoding) and pairs it:
 
 - `eval_sft_control.json`, `records_sft_control.jsonl`: the control's report and greedy records;
 - `eval_paired_control.json`: control − warm start (what the extra SFT minutes bought);
@@ -62,14 +65,37 @@ def grpo_seconds(metrics_csv: Path) -> float:
 
 
 def control_conversations(profile: Any, n: int) -> list[list[dict[str, Any]]]:
-    """`n` fresh expert conversations, stages split as the warm start's, on seed blocks it never used."""
-    from cells.step_15_train_stage1 import SFT_STAGE_SEED_STRIDE, stage_split
-    from cells.training.sft_data import EpisodePlanItem, generate_conversations
+    """`n` fresh expert conversations (plus their search drills), stages split and rendered as the warm start's
+    (`step_15.sft_plan_item`), on seed blocks it never used."""
+    from cells.step_15_train_stage1 import sft_plan_item, stage_split
+    from cells.training.sft_data import generate_conversations
 
-    plan = [EpisodePlanItem(stage, count, tuple(profile.language_weights[stage - 1]),
-                            profile.seed + (CONTROL_SEED_BLOCK + stage - 1) * SFT_STAGE_SEED_STRIDE)
-            for stage, count in stage_split(n, profile.sft_stages)]
+    plan = [sft_plan_item(profile, count, stage, CONTROL_SEED_BLOCK + stage - 1)
+            for stage, count in stage_split(n, profile.sft_stages) if count]
     return generate_conversations(plan, progress=True)
+
+
+def control_token_budget(grpo_s: float, warm: dict[str, Any]) -> int:
+    """Training tokens the warm start's measured throughput processes in `grpo_s` seconds."""
+    return int(grpo_s * float(warm["tokens_per_s"]))
+
+
+def conversations_for_budget(budget: int, warm: dict[str, Any], epochs: int, batch_size: int) -> int:
+    """Conversations to generate for `budget` tokens at the warm start's tokens per example (one pass), with a
+    10% margin that `take_token_budget` cuts off (drills and stages vary the length per example)."""
+    per_example = float(warm["tokens"]) / (float(warm["examples"]) * max(epochs, 1))
+    return max(batch_size, int(1.1 * budget / per_example) + 1)
+
+
+def take_token_budget(dataset: Any, budget: int, batch_size: int) -> Any:
+    """The longest prefix of `dataset` (interleaved by stage, drills spread) whose `length`s sum to <= `budget`;
+    at least one batch."""
+    total, keep = 0, 0
+    for length in dataset["length"]:
+        if total + length > budget and keep >= batch_size:
+            break
+        total, keep = total + length, keep + 1
+    return dataset.select(range(keep))
 
 
 def run_control(run_dir: Path) -> dict[str, Any]:
@@ -90,10 +116,12 @@ def run_control(run_dir: Path) -> dict[str, Any]:
             raise ControlError(f"{run_dir / name} is missing: run steps 18-19 first")
     warm = json.loads(summary.read_text(encoding="utf-8"))["training"]
     seconds = grpo_seconds(run_dir / "training" / "metrics.csv")
-    n = max(profile.sft_batch_size, round(seconds * warm["tokens_per_s"] / (warm["tokens"] / warm["examples"])))
-    print(f"[control] GRPO took {seconds / 60:.1f} min: continuing the warm start on {n:,} fresh conversations")
-
-    dataset = tokenize_all(tokenizer, control_conversations(profile, n), progress=True)
+    budget = control_token_budget(seconds, warm)
+    n = conversations_for_budget(budget, warm, profile.sft_epochs, profile.sft_batch_size)
+    dataset = take_token_budget(tokenize_all(tokenizer, control_conversations(profile, n), progress=True), budget,
+                                profile.sft_batch_size)
+    print(f"[control] GRPO took {seconds / 60:.1f} min = {budget:,} tokens at the warm start's "
+          f"{warm['tokens_per_s']:,.0f} tokens/s: continuing the warm start on {len(dataset):,} fresh examples")
     result = sft_warm_start(model, tokenizer, dataset, run_dir / "training" / "sft_control",
                             learning_rate=CONTROL_LR_SHARE * profile.sft_learning_rate,
                             batch_size=profile.sft_batch_size, seed=profile.seed, lr_scheduler_type="cosine",
@@ -104,7 +132,8 @@ def run_control(run_dir: Path) -> dict[str, Any]:
     spec = make_spec(profile, tuple(EvalCase(**c) for c in stored["cases"]))
     greedy, sampled = evaluate("sft_control", spec, model=model, tokenizer=tokenizer)
     report = report_for(greedy, sampled, profile)
-    report["eval_spec"], report["control"] = spec.to_dict(), {"grpo_seconds": seconds, **result.to_dict()}
+    report["eval_spec"], report["control"] = spec.to_dict(), {"grpo_seconds": seconds, "token_budget": budget,
+                                                         **result.to_dict()}
     save_report_json(report, run_dir / "eval_sft_control.json")
     save_records_jsonl(greedy, run_dir / "records_sft_control.jsonl")
     kw = {"bootstrap_resamples": profile.bootstrap_resamples, "seed": profile.seed}

@@ -5,6 +5,13 @@ warm-start evaluation plan and counts what a booking needs the model to copy cor
 token the gateway issued in that episode (every write call carries it) and the goal's slots in the
 search call (cities, dates). Writes `diagnose.json` in the run directory (read by `python -m cells
 results`) and prints it. ~1 min for cpu-learn on 2 CPU cores.
+
+`--failures`: replays the trained model (the run's `export/`, step 24) greedily on every held-out case it
+failed in step 19 (`records_final.jsonl`) and says, per episode, what went wrong: the goal's domain and
+template, how the episode ended, why the task reward is 0 (from its breakdown: nothing booked, booked with a
+wrong slot, booked but never submitted), the tool errors it met and its offences. Writes
+`diagnose_failures.json` (per episode, plus counts by domain, template, end and failure), which `python -m
+cells results` summarises. Seconds for cpu-learn.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from cells.errors import DriftCallError
 
 
 def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
@@ -60,9 +69,89 @@ def diagnose_run(run_dir: Path) -> dict[str, int]:
     return counts
 
 
+class DiagnoseError(DriftCallError, RuntimeError):
+    """The run directory lacks what a diagnosis replays (the export, the final evaluation's records)."""
+
+
+def task_failure(task: dict[str, Any]) -> str:
+    """Why the task reward is 0, from its breakdown (`cells.rewards.components.task_booking` / `r_task`), in words
+    without ids, so episodes count together."""
+    candidates = task.get("candidates") or []
+    if not candidates:
+        return "nothing booked"
+    if len(candidates) > 1:
+        return "several live bookings"
+    missed = [k for k, v in candidates[0].get("slots", {}).items() if not v.get("ok")]
+    if missed:
+        return f"booked, wrong {', '.join(missed)}"
+    return f"booked right, ended by {task.get('terminated_by', '?')} without submitting"
+
+
+def failure_row(episode: Any, rewards: Any) -> dict[str, Any]:
+    """What went wrong in one failed `Episode`: its identity, how it ended, why the task reward is 0, the
+    tool errors met (`tool: CODE`, in order) and the offences."""
+    task = rewards.breakdown.get("task", {})
+    offences = rewards.breakdown.get("penalty", {}).get("offences", [])
+    return {"seed": episode.seed, "stage": episode.stage, "language": episode.goal.language,
+            "domain": episode.goal.domain, "template": episode.goal.template_id,
+            "terminated_by": episode.terminated_by.value, "turns_used": episode.turns_used,
+            "parse_failures": episode.parse_failures, "failure": task_failure(task),
+            "tool_errors": [f"{r.tool_name}: {r.error_code}" for r in episode.results if not r.ok],
+            "offences": sorted(str(o.get("code")) for o in offences)}
+
+
+def failure_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts of failed episodes by domain, template, how they ended and why; the rows themselves."""
+    def count(key: Any) -> dict[str, int]:
+        return dict(Counter(key(r) for r in rows).most_common())
+
+    return {"failures": len(rows), "by_domain": count(lambda r: r["domain"]), "by_template": count(lambda r: r["template"]),
+            "by_end": count(lambda r: r["terminated_by"]), "by_failure": count(lambda r: r["failure"]),
+            "episodes": rows}
+
+
+def diagnose_failures(run_dir: Path) -> dict[str, Any]:
+    """Replay the exported trained model on the held-out cases it failed; write and return
+    `diagnose_failures.json`. Refuses when a replay does not fail as recorded (the export is not the model
+    step 19 evaluated)."""
+    from cells.evaluation.records import load_records_jsonl
+    from cells.evaluation.runner import EvalCase, play_greedy
+    from cells.step_02_profiles import get_profile
+    from cells.step_08_rewards import rewards_of
+    from cells.step_24_export import load_export
+
+    run_dir = Path(run_dir)
+    for need in ("records_final.jsonl", "export", "profile.json"):
+        if not (run_dir / need).exists():
+            raise DiagnoseError(f"{run_dir / need} is missing: run the pipeline through step 24 first")
+    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
+    failed = [r for r in load_records_jsonl(run_dir / "records_final.jsonl") if not r.success]
+    model, tokenizer = load_export(run_dir / "export")
+    tokenizer.padding_side = "left"
+    model.eval()
+    cases = tuple(EvalCase(r.seed, r.stage, r.language) for r in failed)
+    rows = []
+    for episode in play_greedy(model, tokenizer, cases, profile).episodes if cases else ():
+        rewards = rewards_of(episode)
+        if rewards.r_task >= 1:
+            raise DiagnoseError(f"seed {episode.seed} (stage {episode.stage}) succeeds on replay but failed in "
+                                "step 19: the export is not the model step 19 evaluated; rerun steps 19 and 24")
+        rows.append(failure_row(episode, rewards))
+    summary = failure_summary(rows)
+    (run_dir / "diagnose_failures.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
+                                                     encoding="utf-8")
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", default="runs/cpu-learn")
+    parser.add_argument("--failures", action="store_true",
+                        help="replay the trained model's failed held-out episodes instead (diagnose_failures.json)")
     args = parser.parse_args(argv)
-    print(json.dumps(diagnose_run(Path(args.run_dir)), indent=1))
+    if args.failures:
+        summary = diagnose_failures(Path(args.run_dir))
+        print(json.dumps({k: v for k, v in summary.items() if k != "episodes"}, indent=1, ensure_ascii=False))
+    else:
+        print(json.dumps(diagnose_run(Path(args.run_dir)), indent=1))
     return 0

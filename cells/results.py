@@ -227,6 +227,16 @@ def _generation_lines(reports: Mapping[str, Any], memory: Mapping[str, float] | 
     return lines
 
 
+def failures_line(failures: dict[str, Any]) -> str:
+    """One sentence from `diagnose_failures.json` (`python -m cells diagnose --failures`)."""
+    def counts(key: str) -> str:
+        return ", ".join(f"{name} {n}" for name, n in failures.get(key, {}).items()) or "none"
+
+    return (f"Where the trained model still fails (`python -m cells diagnose --failures`: its "
+            f"{failures.get('failures', 0)} failed held-out episodes replayed greedily): by domain {counts('by_domain')}; "
+            f"by template {counts('by_template')}; why {counts('by_failure')}; ended by {counts('by_end')}.")
+
+
 def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Path | None = None) -> str:
     """The README results section (markers included) for the finished run in `run_dir`."""
     run_dir = Path(run_dir)
@@ -283,13 +293,18 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
                   f"{diag.get('episodes_with_token', 0)} episodes); {diag.get('searches_with_goal_slots_right', 0)} "
                   f"of {diag.get('searches', 0)} searches had every goal slot (cities, dates) right; "
                   f"{diag.get('episodes_with_booking', 0)} episodes booked anything.", ""]
+    failures = _load(run_dir, "diagnose_failures.json", required=False)
+    if failures:
+        parts += [failures_line(failures), ""]
     if reports.get("paired_grpo_vs_control"):
         control = (reports.get("control") or {}).get("control") or {}
         took = (f"; it took {control['seconds'] / 60:.1f} min here ({control['tokens']:,} tokens, "
                 f"{control['trained_tokens']:,} trained)" if control.get("seconds") else "")
+        budget = (f" ({control['token_budget']:,} tokens, the warm start's recipe and length per example)"
+                  if control.get("token_budget") else "")
         parts += [f"SFT-only control (`python -m cells control`): the warm start trained further on fresh expert "
                   f"conversations instead, sized to GRPO's {control.get('grpo_seconds', 0.0) / 60:.1f} minutes at the "
-                  f"warm start's recorded tokens/s{took}. Control − warm start:", "",
+                  f"warm start's recorded tokens/s{budget}{took}. Control − warm start:", "",
                   _pairedtable(reports.get("paired_control")), "GRPO − control:", "",
                   _pairedtable(reports["paired_grpo_vs_control"])]
     else:

@@ -55,16 +55,23 @@ STAGE = 1
 SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.seed + (s-1) * stride
 
 
-def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
-    """`n` fresh expert conversations (chat `messages` lists) of `stage`, goals drawn with that stage's
-    `language_weights` and turn budget, on the stage's own block of training seeds, plus `profile.sft_search_drills` search
-    drills per conversation spread among them."""
-    from cells.training.sft_data import EpisodePlanItem, generate_conversations
+def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
+    """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
+    budget, `profile.sft_search_drills` search drills per conversation) on SFT seed block `seed_block`: the warm
+    start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.control`) later blocks, same recipe."""
+    from cells.training.sft_data import EpisodePlanItem
 
-    item = EpisodePlanItem(stage, n, tuple(ctx.profile.language_weights[stage - 1]),
-                           ctx.profile.seed + (stage - 1) * SFT_STAGE_SEED_STRIDE, ctx.profile.sft_search_drills,
-                           ctx.profile.turn_budget(stage))
-    return generate_conversations([item], progress=n >= 500)
+    return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
+                           profile.seed + seed_block * SFT_STAGE_SEED_STRIDE, profile.sft_search_drills,
+                           profile.turn_budget(stage))
+
+
+def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
+    """`n` fresh expert conversations (chat `messages` lists) of `stage` plus their search drills, on the
+    stage's own block of training seeds (`sft_plan_item`)."""
+    from cells.training.sft_data import generate_conversations
+
+    return generate_conversations([sft_plan_item(ctx.profile, n, stage, stage - 1)], progress=n >= 500)
 
 
 def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -158,11 +165,18 @@ def warm_start(ctx: Context) -> WarmStartResult:
 
 def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
     """Generate the fresh expert episodes, tokenize them and run `SFTTrainer` (progress bars on each)."""
-    from cells.training.sft_data import tokenize_all
+    import time
+
+    from cells.training.sft_data import tokenization_workers, tokenize_all
     from cells.training.warm_start import sft_warm_start
 
     p = ctx.profile
-    dataset = tokenize_all(ctx.tokenizer, warm_start_conversations(ctx), progress=True)
+    t0 = time.perf_counter()
+    conversations = warm_start_conversations(ctx)
+    t1 = time.perf_counter()
+    dataset = tokenize_all(ctx.tokenizer, conversations, progress=True)
+    print(f"[warm start] {len(conversations):,} examples: played in {t1 - t0:.0f}s, tokenized in "
+          f"{time.perf_counter() - t1:.0f}s ({tokenization_workers(len(conversations))} processes)")
     steps = -(-len(dataset) // (p.sft_batch_size or p.num_generations)) * p.sft_epochs
     checkpoints = HeldOutCheckpoints(ctx, steps)
     result = sft_warm_start(

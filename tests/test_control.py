@@ -42,6 +42,32 @@ def test_control_data_never_reuses_warm_start_seeds():
     assert first not in warm_start_blocks and TRAIN_SEEDS.seed(first) >= 0
 
 
+def test_control_data_follow_the_warm_starts_recipe_with_its_search_drills():
+    """Same recipe as step 15 (drills, turn budgets), so the control's length per example is the warm start's."""
+    from cells.step_15_train_stage1 import sft_plan_item
+    from cells.training.sft_data import generate_conversations
+
+    profile = get_profile("cpu-learn")
+    assert profile.sft_search_drills > 0
+    convs = control.control_conversations(profile, 3)  # one conversation per stage, each with its drills
+    assert len(convs) == 3 * (1 + round(profile.sft_search_drills))
+    warm_recipe = generate_conversations([sft_plan_item(profile, 1, 2, control.CONTROL_SEED_BLOCK + 1)])
+    assert warm_recipe == convs[1::3]  # stage 2's share is exactly step 15's recipe on the control's block
+
+
+def test_control_is_cut_to_its_token_budget():
+    from datasets import Dataset
+
+    warm = {"tokens": 40_000, "examples": 100, "tokens_per_s": 5_000.0}
+    budget = control.control_token_budget(2.0, warm)
+    assert budget == 10_000
+    assert control.conversations_for_budget(budget, warm, epochs=1, batch_size=8) == 28  # 25 + 10% margin
+    assert control.conversations_for_budget(budget, warm, epochs=2, batch_size=8) == 56  # tokens counted both passes
+    data = Dataset.from_dict({"length": [400] * 28})
+    assert len(control.take_token_budget(data, budget, batch_size=8)) == 25
+    assert len(control.take_token_budget(data, 100, batch_size=8)) == 8  # at least one batch
+
+
 def test_refuses_a_run_without_a_full_warm_start(tmp_path):
     (tmp_path / "profile.json").write_text(json.dumps(dataclasses.asdict(get_profile("cpu-smoke"))))
     with pytest.raises(control.ControlError, match="no full warm start"):
@@ -67,7 +93,7 @@ def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     (run / "training" / "warm_start" / "warm_start.json").write_text(json.dumps(
         {"training": {"examples": 100, "tokens": 40_000, "trained_tokens": 5_000, "steps": 13, "seconds": 8.0,
                       "tokens_per_s": 5_000.0}}))
-    _metrics_csv(run / "training" / "metrics.csv", [2.0])  # 2 s of GRPO -> 2 s * 5,000 tok/s / 400 = 25 conversations
+    _metrics_csv(run / "training" / "metrics.csv", [2.0])  # 2 s of GRPO at 5,000 tok/s -> a 10,000-token budget
     cases = tuple(EvalCase(s, 1, "en") for s in eval_seeds(2, 1, "en"))
     spec = make_spec(profile, cases)
     for name, file in (("baseline", "baseline"), ("trained", "final")):
@@ -81,7 +107,8 @@ def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
 
     saved = json.loads((run / "eval_sft_control.json").read_text())
     assert saved["eval_spec"]["cases"] == [dataclasses.asdict(c) for c in cases]  # the run's own seeds
-    assert saved["control"]["examples"] == 25 and saved["control"]["steps"] > 0
+    assert saved["control"]["token_budget"] == 10_000 and saved["control"]["steps"] > 0
+    assert saved["control"]["tokens"] <= 10_000 or saved["control"]["examples"] == profile.sft_batch_size
     assert out["control_vs_warm_start"]["final_policy"] == "sft_control"
     assert out["grpo_vs_control"]["baseline_policy"] == "sft_control"
     assert out["grpo_vs_control"]["n_pairs"] == len(cases)

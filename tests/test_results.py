@@ -85,12 +85,14 @@ def test_the_control_says_the_minutes_it_was_sized_to_and_those_it_took(tmp_path
     run, _, _ = _fake_run(tmp_path)
     assert "SFT-only control: not run" in results.results_section(run)
     final = json.loads((run / "eval_final.json").read_text())
-    control = {"grpo_seconds": 1200.0, "seconds": 2880.0, "tokens": 5_000_000, "trained_tokens": 1_000_000}
+    control = {"grpo_seconds": 1200.0, "token_budget": 4_900_000, "seconds": 2880.0, "tokens": 5_000_000,
+               "trained_tokens": 1_000_000}
     (run / "eval_sft_control.json").write_text(json.dumps({**final, "control": control}))
     for name in ("eval_paired_control.json", "eval_paired_grpo_vs_control.json"):
         (run / name).write_text((run / "eval_paired.json").read_text())
     text = results.results_section(run)
-    assert "sized to GRPO's 20.0 minutes" in text and "it took 48.0 min here (5,000,000 tokens, 1,000,000 trained)" in text
+    assert "sized to GRPO's 20.0 minutes at the warm start's recorded tokens/s (4,900,000 tokens" in text
+    assert "it took 48.0 min here (5,000,000 tokens, 1,000,000 trained)" in text
     assert "GRPO − control:" in text
 
 
@@ -164,6 +166,47 @@ def test_section_reports_the_diagnosis_when_present(tmp_path):
     assert "0 of 153 booking/order calls" in text and "24 of 62 searches" in text
 
 
+def _scripted_failures(policy, stage=1, n=4):
+    from cells.agent.play import play_episode
+    from cells.diagnose import failure_row
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_08_rewards import rewards_of
+    from cells.step_10_env import DriftCallEnv
+
+    rows = []
+    for seed in eval_seeds(n, stage, "en"):
+        env = DriftCallEnv(stage, {"en": 1.0})
+        play_episode(env, policy(), seed)
+        rows.append(failure_row(env.episode(), rewards_of(env.episode())))
+    return rows
+
+
+def test_failure_rows_say_why_the_task_failed_from_the_reward_breakdown():
+    from cells.diagnose import failure_summary
+    from cells.step_11_agent import EXPLOIT_POLICIES
+
+    wrong = _scripted_failures(EXPLOIT_POLICIES["wrong_fast"])
+    assert all(r["failure"].startswith("booked, wrong ") for r in wrong)  # one required slot off, named
+    assert all(r["terminated_by"] == "submit" and r["template"] and r["domain"] for r in wrong)
+    quit_ = _scripted_failures(EXPLOIT_POLICIES["give_up"])
+    assert {r["failure"] for r in quit_} == {"nothing booked"} and {r["terminated_by"] for r in quit_} == {"abort"}
+    summary = failure_summary(wrong + quit_)
+    assert summary["failures"] == 8 and summary["by_failure"]["nothing booked"] == 4
+    assert sum(summary["by_domain"].values()) == 8 and summary["by_end"] == {"submit": 4, "abort": 4}
+
+
+def test_section_summarises_the_trained_models_failures_when_diagnosed(tmp_path):
+    from cells.diagnose import failure_summary
+    from cells.step_11_agent import EXPLOIT_POLICIES
+
+    run, _, _ = _fake_run(tmp_path)
+    assert "Where the trained model still fails" not in results.results_section(run)
+    rows = _scripted_failures(EXPLOIT_POLICIES["give_up"], n=3)
+    (run / "diagnose_failures.json").write_text(json.dumps(failure_summary(rows)))
+    text = results.results_section(run)
+    assert "its 3 failed held-out episodes replayed greedily" in text and "why nothing booked 3" in text
+
+
 def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, capsys):
     from cells.__main__ import main
 
@@ -175,6 +218,8 @@ def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, cap
     assert main(["control", "--run-dir", str(run)]) == 2
     assert main(["diagnose", "--run-dir", str(run)]) == 2
     assert "no full warm start" in capsys.readouterr().err
+    assert main(["diagnose", "--failures", "--run-dir", str(run)]) == 2
+    assert "is missing: run the pipeline through step 24 first" in capsys.readouterr().err
 
 
 def test_a_pretrained_model_run_labels_its_baseline_and_reports_generation_speed(tmp_path):

@@ -247,6 +247,24 @@ def test_warm_start_conversations_mix_stages_on_disjoint_seeds(tmp_path):
     assert all(c[0]["role"] == "system" and any(m["role"] == "assistant" for m in c) for c in convs)
 
 
+def test_tokenizing_in_worker_processes_gives_the_same_rows_in_order(tmp_path, monkeypatch):
+    from cells.training import sft_data
+
+    monkeypatch.setattr(sft_data, "_CHUNK", 5)  # several chunks per worker: order across chunks is tested
+
+    ctx = Context(profile=get_profile("cpu-learn"), run_dir=tmp_path)
+    convs = [c for stage in (1, 2, 3) for c in expert_conversations_for(ctx, 4, stage)]  # drills included
+    tok = tiny_tokenizer()
+    serial = sft_data.tokenize_all(tok, convs, workers=1)
+    pooled = sft_data.tokenize_all(tok, convs, workers=2)
+    assert serial.to_dict() == pooled.to_dict() and len(serial) == len(convs)
+    first = tokenize_conversation(tok, convs[0])
+    assert serial[0]["input_ids"] == list(first.input_ids) and serial[0]["labels"] == list(first.labels)
+    assert sft_data.tokenization_workers(sft_data.PARALLEL_MIN - 1) == 1
+    with pytest.raises(WarmStartError, match="no conversations"):
+        sft_data.tokenize_all(tok, [])
+
+
 def test_evaluate_warm_start_plays_the_held_out_plan_and_stores_the_summary(tmp_path, monkeypatch, capsys):
     import cells.evaluation.runner as runner
 

@@ -96,3 +96,31 @@ def test_conclusion_with_nothing_evaluated_still_renders(tmp_path):
     ctx = make_context("cpu-smoke", tmp_path)
     text = s25.conclusion_markdown(ctx)
     assert "| player |" in text and "Paired" not in text and "probe" not in text
+
+
+def test_diagnose_failures_replays_the_export_on_the_cases_step_19_failed(tmp_path, monkeypatch):
+    """`python -m cells diagnose --failures`: the exported model, replayed on the records' failed cases."""
+    from cells.diagnose import diagnose_failures
+    from cells.evaluation.records import record_from_episode, save_records_jsonl
+    from cells.evaluation.runner import EvalCase, play_greedy
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_08_rewards import rewards_of
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    ctx = s24.run(_trained_context(tmp_path))
+    (tmp_path / "profile.json").write_text(json.dumps({"name": "cpu-smoke"}))
+    cases = tuple(EvalCase(s, 2, "en") for s in eval_seeds(2, 2, "en"))
+    played = play_greedy(ctx.model, ctx.tokenizer, cases, ctx.profile).episodes
+    records = [record_from_episode("trained", 0, ep, rewards_of(ep)) for ep in played]
+    assert not any(r.success for r in records)  # a random LoRA on a random base: every case fails
+    save_records_jsonl(records, tmp_path / "records_final.jsonl")
+    summary = diagnose_failures(tmp_path)
+    assert summary["failures"] == 2 and [r["seed"] for r in summary["episodes"]] == [c.seed for c in cases]
+    assert all(r["failure"] and r["stage"] == 2 for r in summary["episodes"])
+    assert json.loads((tmp_path / "diagnose_failures.json").read_text(encoding="utf-8"))["failures"] == 2
+    save_records_jsonl([], tmp_path / "records_final.jsonl")  # nothing failed: nothing to replay
+    assert diagnose_failures(tmp_path)["failures"] == 0
+    (tmp_path / "export" / s24.SIDECAR).unlink()
+    save_records_jsonl(records, tmp_path / "records_final.jsonl")
+    with pytest.raises(s24.ExportError, match="not a DriftCall export"):
+        diagnose_failures(tmp_path)
