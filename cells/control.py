@@ -80,11 +80,14 @@ def control_token_budget(grpo_s: float, warm: dict[str, Any]) -> int:
     return int(grpo_s * float(warm["tokens_per_s"]))
 
 
-def conversations_for_budget(budget: int, warm: dict[str, Any], epochs: int, batch_size: int) -> int:
+def conversations_for_budget(budget: int, warm: dict[str, Any], epochs: int, batch_size: int,
+                             search_drills: float = 0.0) -> int:
     """Conversations to generate for `budget` tokens at the warm start's tokens per example (one pass), with a
-    10% margin that `take_token_budget` cuts off (drills and stages vary the length per example)."""
+    10% margin that `take_token_budget` cuts off (drills and stages vary the length per example). Each
+    conversation brings `search_drills` drills, and the warm start's `examples` count those too."""
     per_example = float(warm["tokens"]) / (float(warm["examples"]) * max(epochs, 1))
-    return max(batch_size, int(1.1 * budget / per_example) + 1)
+    examples = 1.1 * budget / per_example
+    return max(batch_size, int(examples / (1.0 + search_drills)) + 1)
 
 
 def take_token_budget(dataset: Any, budget: int, batch_size: int) -> Any:
@@ -117,7 +120,7 @@ def run_control(run_dir: Path) -> dict[str, Any]:
     warm = json.loads(summary.read_text(encoding="utf-8"))["training"]
     seconds = grpo_seconds(run_dir / "training" / "metrics.csv")
     budget = control_token_budget(seconds, warm)
-    n = conversations_for_budget(budget, warm, profile.sft_epochs, profile.sft_batch_size)
+    n = conversations_for_budget(budget, warm, profile.sft_epochs, profile.sft_batch_size, profile.sft_search_drills)
     dataset = take_token_budget(tokenize_all(tokenizer, control_conversations(profile, n), progress=True), budget,
                                 profile.sft_batch_size)
     print(f"[control] GRPO took {seconds / 60:.1f} min = {budget:,} tokens at the warm start's "

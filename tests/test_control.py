@@ -63,6 +63,7 @@ def test_control_is_cut_to_its_token_budget():
     assert budget == 10_000
     assert control.conversations_for_budget(budget, warm, epochs=1, batch_size=8) == 28  # 25 + 10% margin
     assert control.conversations_for_budget(budget, warm, epochs=2, batch_size=8) == 56  # tokens counted both passes
+    assert control.conversations_for_budget(budget, warm, epochs=1, batch_size=8, search_drills=2.0) == 10  # + 20 drills
     data = Dataset.from_dict({"length": [400] * 28})
     assert len(control.take_token_budget(data, budget, batch_size=8)) == 25
     assert len(control.take_token_budget(data, 100, batch_size=8)) == 8  # at least one batch
