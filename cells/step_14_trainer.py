@@ -13,7 +13,9 @@
   after the turn-0 prompt), `tool_mask` (1 = model token, 0 = env/template token; TRL multiplies it into
   the loss mask), group-relative `advantages`, `num_items_in_batch`, and `old_per_token_logps` /
   `ref_per_token_logps` exactly when TRL would compute them. Loss, KL, clipping and the optimiser step
-  are TRL's own.
+  are TRL's own; `_compute_loss` and `_get_per_token_logps_and_entropies` only make TRL's log-prob pass
+  project the model's own tokens through the LM head, not every env/template position
+  (`cells/modeling/model_token_logps.py`: the same log-probs where the loss reads them).
 - `AdaptiveKLCallback`: `beta *= exp(clamp(kp * (kl - target) / target, +-50))`, clamped to
   `[beta_min, beta_max]`, on each log that carries `kl`; it writes the trainer's `beta` (what TRL's
   loss reads) as well as `args.beta`. With peft the reference is the adapter-disabled base model, so
@@ -299,13 +301,14 @@ def make_driftcall_grpo_trainer_cls(base_cls: type[Any] | None = None) -> type[A
         "_generate_and_score_completions": impl.generate_and_score_completions,
         "_driftcall_rows": impl.materialise_runs,
         "_driftcall_logps": impl.old_and_ref_logps,
+        **impl.scoring_methods(resolved),
         "__doc__": "GRPOTrainer whose completions are whole multi-turn DriftCall episodes.",
     })
 
 
 def driftcall_grpo_trainer_methods() -> tuple[str, ...]:
     """The TRL methods the subclass overrides."""
-    return ("__init__", "_generate_and_score_completions")
+    return ("__init__", "_generate_and_score_completions", "_compute_loss", "_get_per_token_logps_and_entropies")
 
 
 def run(ctx: Context) -> Context:

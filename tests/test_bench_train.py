@@ -26,7 +26,8 @@ def test_ratio_is_seconds_per_generated_token_ours_over_plain_trl():
     assert _bench().ratio_per_generated_token == pytest.approx(1.5)
     # twice the generated tokens in the same time halves our cost per token
     assert _bench(model_tokens_per_step=2400.0).ratio_per_generated_token == pytest.approx(0.75)
-    lines = "\n".join(_bench().lines())
+    lines = "\n".join(_bench(decode_steps_per_step=288.0, floor_decode_steps_per_step=124.0).lines())
+    assert "288   (plain TRL: 124)" in lines
     assert "6,000" in lines and "x2.00" in lines and "x1.50 (target <= 1.5)" in lines
     assert dataclasses.asdict(_bench())["sft_tokens_per_s"] == 6000.0
     assert _bench().to_dict()["ratio_per_generated_token"] == pytest.approx(1.5)
@@ -71,7 +72,8 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
 
     class Trainer:  # what bench_grpo reads of a trainer: args, train(), the logged rollout figures
         args = SimpleNamespace(save_strategy="steps", disable_tqdm=False)
-        state = SimpleNamespace(log_history=[{"rollout/tokens_per_s": 500.0, "rollout/model_tokens_mean": 100.0}])
+        state = SimpleNamespace(log_history=[{"rollout/tokens_per_s": 500.0, "rollout/model_tokens_mean": 100.0,
+                                              "rollout/decode_steps": 240.0}])
 
         def train(self):
             return None
@@ -83,6 +85,7 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
     monkeypatch.setattr(step_15_train_stage1, "build_stage_trainer", builder)
     ctx = make_context("cpu-learn", tmp_path)  # two groups of 8 a step, failure curriculum on
     assert ctx.profile.prompts_per_step == 2 and ctx.profile.grpo_failure_candidates > 0
-    _, rate, tokens = bench_grpo(ctx, steps=1)
+    _, rate, tokens, decode_steps = bench_grpo(ctx, steps=1)
     assert seen["candidates"] == 0  # the greedy mining before step 1 is not a step's cost
     assert rate == 500.0 and tokens == 100.0 * 8 * 2  # per-episode mean times every episode of the step
+    assert decode_steps == 240.0

@@ -283,3 +283,22 @@ def test_expert_asks_about_budget_when_nothing_fits_and_lowers_confidence() -> N
     assert questions and "budget" in detect_topics(questions[0])
     assert rewards.r_task == 1.0 and rewards.r_constraints < 1.0
     assert episode.submitted.confidence == expert.CONFIDENCE_SHORT
+
+
+def test_inverse_cdf_sampling_follows_the_distribution_never_draws_zeros_and_ignores_the_batch():
+    import torch
+
+    from cells.agent.rollout import categorical_by_inverse_cdf
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]])
+    gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
+    draws = torch.stack([categorical_by_inverse_cdf(probs, gens) for _ in range(4000)])  # (4000, 2)
+    counts = torch.bincount(draws[:, 0], minlength=5).float() / 4000
+    assert counts[1] == 0 and counts[4] == 0  # probability 0: never drawn
+    assert torch.allclose(counts, probs[0], atol=0.03)  # 4000 draws: sd of each share <= 0.008
+    assert (draws[:, 1] == 4).all()
+    # a row's draws depend on its own generator only, not on the rows beside it
+    alone = categorical_by_inverse_cdf(probs[:1], [torch.Generator().manual_seed(1)])
+    beside = categorical_by_inverse_cdf(probs[[1, 0]], [torch.Generator().manual_seed(9),
+                                                       torch.Generator().manual_seed(1)])
+    assert int(alone[0]) == int(beside[1]) == int(draws[0, 0])

@@ -43,11 +43,12 @@ def fresh_policy(cache, seed=0):
     return get_peft_model(base, lora_config(get_profile("cpu-smoke"))), tok
 
 
-def make_trainer(cache, tmp_path, env_factory, *, prompts_per_step=1, g=4, beta=0.0, steps=1, lr=1e-2, **kw):
+def make_trainer(cache, tmp_path, env_factory, *, prompts_per_step=1, g=4, beta=0.0, steps=1, lr=1e-2, config=None,
+                 **kw):
     model, tok = fresh_policy(cache)
     prof = dataclasses.replace(get_profile("cpu-smoke"), num_generations=g, prompts_per_step=prompts_per_step)
     cfg = build_grpo_config(prof, 1, tmp_path / "out", max_steps=steps, beta=beta, learning_rate=lr,
-                            save_strategy="no", disable_tqdm=True)
+                            save_strategy="no", disable_tqdm=True, **(config or {}))
     data = s14.EpisodeDatasetAdapter(task_gen=toy_goal, env_factory=env_factory, stage=1, stage_base_seed=10,
                                      language_weights={"en": 1.0}, tokenizer=tok)
     cls = s14.make_driftcall_grpo_trainer_cls()
@@ -243,7 +244,8 @@ def test_callback_validates_and_ignores_other_events():
     assert cb.on_train_begin(None, None, None) is None
     with pytest.raises(AttributeError):
         cb.not_an_event  # noqa: B018
-    assert s14.driftcall_grpo_trainer_methods() == ("__init__", "_generate_and_score_completions")
+    assert s14.driftcall_grpo_trainer_methods() == ("__init__", "_generate_and_score_completions", "_compute_loss",
+                                                    "_get_per_token_logps_and_entropies")
 
 
 class MinimalBase:
@@ -329,6 +331,51 @@ def test_contract_keys_masks_and_finite_loss(tiny_cache, tmp_path):
         assert key in metrics, key
 
 
+def test_model_token_scoring_matches_trls_fused_head_where_the_loss_reads(tiny_cache, tmp_path):
+    """The override projects only model tokens; log-probs, entropies, the reference's log-probs, the loss and its
+    gradient equal TRL's own every-position path there (and it writes 0 at env/template positions)."""
+    from trl import GRPOTrainer
+
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=3), beta=0.04,
+                           config={"temperature": 0.7})
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(first_generation_batch(trainer))
+    scored = (batch["completion_mask"] * batch["tool_mask"]).bool()  # (B, C)
+    assert 0 < int(scored.sum()) < int(batch["completion_mask"].sum())  # env tokens are skipped
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    width = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        theirs, their_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+            trainer, trainer.model, ids, attention, width, compute_entropy=True)
+        with s14_impl().scoring_model_tokens(trainer, batch):
+            ours, our_entropy, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, attention, width, batch_size=3, compute_entropy=True)
+    assert torch.allclose(ours[scored], theirs[scored], atol=1e-5)
+    assert torch.allclose(our_entropy[scored], their_entropy[scored], atol=1e-5)
+    assert not ours[~scored].any() and theirs[~scored & batch["completion_mask"].bool()].any()
+    with trainer.model.disable_adapter(), torch.no_grad():  # the reference (adapter off) went through it too
+        ref, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, attention, width)
+    assert torch.allclose(batch["ref_per_token_logps"][scored], ref[scored], atol=1e-5)
+
+    def loss_and_grads(compute):
+        trainer.model.zero_grad()
+        loss = compute()
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    our_loss, our_grads = loss_and_grads(lambda: trainer._compute_loss(trainer.model, batch))
+    their_loss, their_grads = loss_and_grads(lambda: GRPOTrainer._compute_loss(trainer, trainer.model, batch))
+    assert torch.allclose(our_loss, their_loss, atol=1e-6) and set(our_grads) == set(their_grads)
+    assert all(torch.allclose(our_grads[n], their_grads[n], atol=1e-6) for n in our_grads)
+
+
+def s14_impl():
+    from cells.modeling import grpo_trainer_impl
+
+    return grpo_trainer_impl
+
+
 def test_env_tokens_have_zero_weight_and_every_model_token_has_weight(tiny_cache):
     model, tok = fresh_policy(tiny_cache)
     torch.manual_seed(1)
@@ -388,7 +435,8 @@ def test_step_with_identical_rewards_leaves_adapter_unchanged(tiny_cache, tmp_pa
 
 
 def test_callback_changes_the_beta_the_loss_uses(tiny_cache, tmp_path):
-    trainer = make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), beta=0.04, steps=2,
+    counter = [0]  # rewards with a spread: the adapter must move away from the reference for the KL to be nonzero
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv([1.0, 0.0, 0.5, 0.0], counter), beta=0.04, steps=2,
                            adaptive_kl_kp=1.0, adaptive_kl_beta_min=1e-4)
     cb = trainer.adaptive_kl_callback
     assert cb in trainer.callback_handler.callbacks and cb.trainer is trainer
@@ -459,3 +507,81 @@ def test_generation_spec_sets_the_decoding_and_keywords_override_it(tiny_cache):
     assert all(e - s <= 3 for t in by_spec.trajectories for s, e in t.turn_spans)
     with pytest.raises(TypeError, match="max_new_tokens"):
         rollout_batch([ToyEnv(turns=2)], [5], model=model, tokenizer=tok, max_new_tokens=3)  # not a spec field
+
+
+def test_groups_played_together_give_each_group_its_own_seeds_episodes(tiny_cache):
+    """`play_groups` (what the trainer calls for a step of several prompts) plays every group in one
+    batched rollout; each group comes back in order with the episodes its own seeds sample alone."""
+    from cells.agent.rollout import GroupRequest
+
+    model, tok = fresh_policy(tiny_cache)
+    group_fn = make_rollout_group_fn(max_new_tokens_per_turn=MAX_NEW, max_episode_tokens=200)
+    requests = [GroupRequest(toy_goal(seed=3), 3, 3), GroupRequest(toy_goal(seed=8), 8, 2, first_generation=1)]
+    played = group_fn.play_groups(model=model, tokenizer=tok, groups=requests, env_factory=lambda: ToyEnv(turns=3))
+    together = played.groups
+    assert [len(trajs) for _, trajs in together] == [3, 2]
+    # continuous batching: one decoding step per token of the longest-playing episode
+    assert played.decode_steps == max(sum(t.assistant_mask) for _, trajs in together for t in trajs)
+    for request, (episodes, trajs) in zip(requests, together, strict=True):
+        alone = group_fn(model=model, tokenizer=tok, goal=request.goal, episode_seed=request.episode_seed,
+                         num_generations=request.count, first_generation=request.first_generation,
+                         env_factory=lambda: ToyEnv(turns=3))
+        assert len(episodes) == request.count and [e.turns_used for e in episodes] == [e.turns_used for e in alone[0]]
+        assert [t.completion_ids for t in trajs] == [t.completion_ids for t in alone[1]]
+        assert [t.assistant_mask for t in trajs] == [t.assistant_mask for t in alone[1]]
+        assert all(t.prompt_ids == alone[1][0].prompt_ids for t in trajs)  # the group's own goal
+    assert together[0][1][0].prompt_ids != together[1][1][0].prompt_ids
+
+
+def test_a_step_of_two_prompts_plays_both_groups_in_one_rollout(tiny_cache, tmp_path):
+    calls = []
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), prompts_per_step=2)
+    play_groups = trainer.rollout_group_fn.play_groups
+    trainer.rollout_group_fn.play_groups = lambda **kw: calls.append(kw["groups"]) or play_groups(**kw)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(first_generation_batch(trainer))
+    assert len(calls) == 1 and [(g.count, g.first_generation) for g in calls[0]] == [(4, 0), (4, 0)]
+    assert calls[0][0].episode_seed != calls[0][1].episode_seed and batch["completion_ids"].size(0) == 8
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["greedy", "seeded"])
+def test_continuous_batching_plays_exactly_the_lock_step_episodes(tiny_cache, monkeypatch, seeded):
+    """Episodes of different lengths (1-4 turns, turns cut by the cap or the stop token, one budget running out):
+    continuous batching produces the lock-step driver's tokens, masks, transcripts and counts, without ever
+    calling its per-turn `generate`."""
+    import cells.agent.rollout as rollout
+
+    model, tok = fresh_policy(tiny_cache)
+    turns = [1, 4, 2, 3, 4, 1]
+    seeds = [5, 6, 7, 8, 9, 10]
+    kwargs = {"max_new_tokens_per_turn": MAX_NEW, "max_episode_tokens": 90, "greedy": not seeded,
+              "sample_seeds": [rollout.episode_sample_seed(s, 0) for s in seeds] if seeded else None}
+    lock = rollout_batch([ToyEnv(turns=t) for t in turns], seeds, model=model, tokenizer=tok,
+                         continuous_batching=False, **kwargs)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("continuous batching called the lock-step generate")
+
+    monkeypatch.setattr(rollout, "_generate", refuse)
+    cont = rollout_batch([ToyEnv(turns=t) for t in turns], seeds, model=model, tokenizer=tok, **kwargs)
+    assert cont.trajectories == lock.trajectories and cont.transcripts == lock.transcripts
+    assert cont.generated_tokens == lock.generated_tokens > 0
+    lengths = [[e - s for s, e in t.turn_spans] for t in lock.trajectories]
+    assert lock.decode_steps == sum(max(n[j] for n in lengths if j < len(n)) for j in range(max(map(len, lengths))))
+    assert cont.decode_steps == max(sum(n) for n in lengths) <= lock.decode_steps  # no row waits for another
+    assert [e.turns_used for e in cont.episodes] == [e.turns_used for e in lock.episodes]
+    spans = [len(t.turn_spans) for t in cont.trajectories]
+    assert len(set(spans)) > 1 and any(n < t for n, t in zip(spans, turns, strict=True))  # lengths differ; a budget ran out
+
+
+def test_continuous_batching_keeps_the_turn_backstop_and_needs_a_window_that_spans_an_episode(tiny_cache):
+    from cells.agent.continuous import supports_continuous
+
+    model, tok = fresh_policy(tiny_cache)
+    capped = rollout_batch([ToyEnv(turns=4) for _ in range(3)], [1, 2, 3], model=model, tokenizer=tok,
+                           max_new_tokens_per_turn=4, max_turns=2, greedy=True)
+    assert [len(t.turn_spans) for t in capped.trajectories] == [2, 2, 2]
+    assert [e.turns_used for e in capped.episodes] == [2, 2, 2]
+    config = model.get_base_model().config
+    assert supports_continuous(model, config.sliding_window // 2)
+    assert not supports_continuous(model, config.sliding_window // 2 + 1)  # Gemma 3 1B's 512-token window, say

@@ -119,6 +119,7 @@ def rollout_metrics(
     zero_std_groups: float,
     model_tokens: int,
     seconds: float,
+    decode_steps: int | None = None,
 ) -> dict[str, float]:
     """Slash-named metrics for one generation batch (means over its episodes)."""
     n = len(episodes)
@@ -147,4 +148,6 @@ def rollout_metrics(
     out["rollout/model_tokens_mean"] = model_tokens / n
     out["rollout/tokens_per_s"] = model_tokens / seconds if seconds > 0 else 0.0
     out["rollout/seconds"] = seconds
+    if decode_steps is not None:
+        out["rollout/decode_steps"] = float(decode_steps)
     return out

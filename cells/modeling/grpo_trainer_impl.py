@@ -2,14 +2,16 @@
 
 `generate_and_score_completions(self, inputs)` replaces TRL's method of the same name. `self` is a
 `trl.GRPOTrainer` subclass carrying `rollout_group_fn`, `env_factory`, `reward_fn_driftcall` and
-(optionally) `episode_dataset`.
+(optionally) `episode_dataset`. `scoring_methods(base)` gives the two overrides that score only the model's
+own tokens of an episode (`cells.modeling.model_token_logps`).
 """
 
 from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from cells.modeling.grpo_batch import (
@@ -53,38 +55,51 @@ def _accepts_first_generation(fn: Any) -> bool:
 
 
 def _rollout(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generations: int
-             ) -> tuple[list[Any], list[Any]]:
-    """`count` episodes per run through `rollout_group_fn`, with the policy unwrapped and gradients off."""
+             ) -> tuple[list[Any], list[Any], int | None]:
+    """`(episodes, trajectories, decoding steps or None)`: `count` episodes per run, with the policy unwrapped and
+    gradients off; all runs in one batched rollout when `rollout_group_fn` has `play_groups`
+    (`cells.agent.rollout.make_rollout_group_fn`: it also counts the decoding steps), else one
+    `rollout_group_fn` call per run."""
     import torch
     from trl.models.utils import unwrap_model_for_generation
 
-    split = _accepts_first_generation(self.rollout_group_fn)
-    episodes: list[Any] = []
-    trajectories: list[Any] = []
+    from cells.agent.rollout import GroupRequest
+
+    play_groups = getattr(self.rollout_group_fn, "play_groups", None)
+    split = play_groups is not None or _accepts_first_generation(self.rollout_group_fn)
+    if not split:
+        for _, _, count in runs:
+            if count != num_generations:
+                raise BatchError(f"this process holds {count} of a group's G={num_generations} episodes; a "
+                                 "rollout_group_fn must accept `first_generation` to play part of a group "
+                                 "(cells.agent.rollout.make_rollout_group_fn does)")
+    requests = [GroupRequest(record["_meta"]["goal"], int(record["_meta"]["episode_seed"]), count, first)
+                for record, first, count in runs]
     with torch.no_grad(), unwrap_model_for_generation(
         self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
         gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
     ) as model:
-        for record, first, count in runs:
-            meta = record["_meta"]
-            kwargs: dict[str, Any] = {"first_generation": first} if split else {}
-            if not split and count != num_generations:
-                raise BatchError(f"this process holds {count} of a group's G={num_generations} episodes; a "
-                                 "rollout_group_fn must accept `first_generation` to play part of a group "
-                                 "(cells.agent.rollout.make_rollout_group_fn does)")
-            eps, trajs = self.rollout_group_fn(
-                model=model, tokenizer=self.processing_class, goal=meta["goal"],
-                episode_seed=int(meta["episode_seed"]), num_generations=count,
-                env_factory=self.env_factory, **kwargs)
-            if len(eps) != count or len(trajs) != count:
-                raise BatchError(f"rollout_group_fn returned {len(eps)} episodes / {len(trajs)} trajectories; "
-                                 f"expected {count} each")
-            if not all(hasattr(t, "completion_ids") and hasattr(t, "assistant_mask") for t in trajs):
-                raise BatchError("rollout_group_fn must return TrajectoryTokens (token ids + assistant mask), "
-                                 "not text: use cells.agent.rollout.make_rollout_group_fn")
-            episodes.extend(eps)
-            trajectories.extend(trajs)
-    return episodes, trajectories
+        common = {"model": model, "tokenizer": self.processing_class, "env_factory": self.env_factory}
+        decode_steps = None
+        if play_groups is not None:
+            result = play_groups(groups=requests, **common)
+            played, decode_steps = list(result.groups), result.decode_steps
+        else:
+            played = [self.rollout_group_fn(goal=r.goal, episode_seed=r.episode_seed, num_generations=r.count,
+                                            **({"first_generation": r.first_generation} if split else {}), **common)
+                      for r in requests]
+    episodes: list[Any] = []
+    trajectories: list[Any] = []
+    for request, (eps, trajs) in zip(requests, played, strict=True):
+        if len(eps) != request.count or len(trajs) != request.count:
+            raise BatchError(f"rollout_group_fn returned {len(eps)} episodes / {len(trajs)} trajectories; "
+                             f"expected {request.count} each")
+        if not all(hasattr(t, "completion_ids") and hasattr(t, "assistant_mask") for t in trajs):
+            raise BatchError("rollout_group_fn must return TrajectoryTokens (token ids + assistant mask), "
+                             "not text: use cells.agent.rollout.make_rollout_group_fn")
+        episodes.extend(eps)
+        trajectories.extend(trajs)
+    return episodes, trajectories, decode_steps
 
 
 def old_and_ref_logps(self: Any, batch: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -99,7 +114,8 @@ def old_and_ref_logps(self: Any, batch: dict[str, Any], mode: str) -> dict[str, 
     keep = batch["completion_ids"].size(1)  # C
     size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
     generate_every = self.args.steps_per_generation * self.num_iterations
-    with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+    with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), \
+            scoring_model_tokens(self, batch):
         if self.args.gradient_accumulation_steps % generate_every != 0:  # samples go stale before they are used
             out["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
                 self.model, ids, attention, keep, batch_size=size)[0]
@@ -115,6 +131,55 @@ def old_and_ref_logps(self: Any, batch: dict[str, Any], mode: str) -> dict[str, 
                     ref = self._get_per_token_logps_and_entropies(self.model, ids, attention, keep, batch_size=size)
             out["ref_per_token_logps"] = ref[0]
     return out
+
+
+@contextmanager
+def scoring_model_tokens(self: Any, batch: Mapping[str, Any]) -> Iterator[None]:
+    """While inside, `_get_per_token_logps_and_entropies` scores only `batch`'s model tokens
+    (`completion_mask * tool_mask`): the only positions the loss, the KL term and the metrics read."""
+    previous = getattr(self, "_driftcall_score_mask", None)
+    self._driftcall_score_mask = batch["completion_mask"] * batch["tool_mask"]  # (B, C)
+    try:
+        yield
+    finally:
+        self._driftcall_score_mask = previous
+
+
+def scoring_methods(base: type[Any]) -> dict[str, Callable[..., Any]]:
+    """`_compute_loss` and `_get_per_token_logps_and_entropies` for a subclass of `base` (TRL's GRPOTrainer):
+    the first marks the batch's model tokens, the second projects only those through the LM head, falling back
+    to `base`'s own method for anything it does not cover (multimodal or MoE inputs, a DDP-wrapped model, a
+    model with a logit multiplier)."""
+    from cells.modeling.model_token_logps import model_token_logps, supports_model_token_scoring
+
+    def _compute_loss(self: Any, model: Any, inputs: dict[str, Any]) -> Any:
+        with scoring_model_tokens(self, inputs):
+            return base._compute_loss(self, model, inputs)
+
+    def _get_per_token_logps_and_entropies(self: Any, model: Any, input_ids: Any, attention_mask: Any,
+                                           logits_to_keep: int, batch_size: int | None = None,
+                                           compute_entropy: bool = False, compute_aux_loss: bool = False,
+                                           **extra: Any) -> tuple[Any, Any, Any]:
+        score = getattr(self, "_driftcall_score_mask", None)
+        if (score is None or compute_aux_loss or any(v is not None for v in extra.values())
+                or tuple(score.shape) != (input_ids.size(0), logits_to_keep)
+                or self.accelerator.unwrap_model(model) is not model or not supports_model_token_scoring(model)):
+            return base._get_per_token_logps_and_entropies(
+                self, model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
+        import torch
+
+        size = batch_size or input_ids.size(0)  # row chunks, as TRL's method (memory peak)
+        chunks = [model_token_logps(model, input_ids[i:i + size], attention_mask[i:i + size], score[i:i + size],
+                                    temperature=self.temperature, compute_entropy=compute_entropy,
+                                    cast_lm_head_to_fp32=bool(getattr(self.args, "cast_lm_head_to_fp32", False)),
+                                    autocast=self.accelerator.autocast())
+                  for i in range(0, input_ids.size(0), size)]
+        logps = torch.cat([c[0] for c in chunks], dim=0)
+        entropies = torch.cat([c[1] for c in chunks], dim=0) if compute_entropy else None
+        return logps, entropies, None
+
+    return {"_compute_loss": _compute_loss, "_get_per_token_logps_and_entropies": _get_per_token_logps_and_entropies}
 
 
 def _log(self: Any, mode: str, metrics: Mapping[str, float], rewards: Any, zero_std: Any) -> None:
@@ -157,7 +222,7 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     g = self.num_generations if mode == "train" else self.num_generations_eval
     runs = self._driftcall_rows(inputs, g)
     t0 = time.perf_counter()
-    episodes, trajectories = _rollout(self, runs, g)  # B (this process's rows) each
+    episodes, trajectories, decode_steps = _rollout(self, runs, g)  # B (this process's rows) each
     seconds = time.perf_counter() - t0
     records = [record for record, _, count in runs for _ in range(count)]
     rewards = self.reward_fn_driftcall(
@@ -176,7 +241,7 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     model_tokens = int(loss_mask.sum().item())
     zero_groups = zero_std.view(-1, g)[:, 0].float().mean().item()
     metrics = rollout_metrics(episodes, rewards, [reward_components(e) for e in episodes], zero_groups,
-                              model_tokens, seconds)
+                              model_tokens, seconds, decode_steps)
     metrics["reward/mean"] = all_rewards.mean().item()  # the whole generation batch, as TRL's `reward`
     metrics["reward/std"] = all_rewards.std().item() if all_rewards.numel() > 1 else 0.0
     _log(self, mode, metrics, all_rewards, zero_std)

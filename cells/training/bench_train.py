@@ -45,6 +45,8 @@ class TrainBench:
     model_tokens_per_step: float
     floor_seconds_per_step: float
     floor_tokens_per_step: float
+    decode_steps_per_step: float = 0.0  # rollout forward calls that sampled a token (RolloutResult.decode_steps)
+    floor_decode_steps_per_step: float = 0.0  # plain TRL: one generate of max_completion_length tokens
 
     @property
     def ratio_per_generated_token(self) -> float:
@@ -63,6 +65,8 @@ class TrainBench:
             f"GRPO seconds per step (multi-turn):    {self.grpo_seconds_per_step:>9.1f}   "
             f"({self.model_tokens_per_step:,.0f} generated tokens per step)",
             f"rollout generated tokens/s:            {self.rollout_tokens_per_s:>9,.0f}",
+            f"decoding steps per GRPO step:          {self.decode_steps_per_step:>9,.0f}   "
+            f"(plain TRL: {self.floor_decode_steps_per_step:,.0f})",
             f"plain TRL GRPOTrainer, single-turn:    {self.floor_seconds_per_step:>9.1f}   s/step "
             f"({self.floor_tokens_per_step:,.0f} generated tokens per step)",
             f"ours / plain TRL, per generated token: x{self.ratio_per_generated_token:.2f} (target <= 1.5)",
@@ -122,8 +126,9 @@ def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out:
     return ours.tokens / ours_s, 1 - ours.tokens / max(1, ours.padded), stock.tokens / stock_s
 
 
-def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float]:
-    """(seconds per step, rollout tokens/s, generated tokens per step) of DriftCallGRPOTrainer, stage 1."""
+def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float, float]:
+    """(seconds per step, rollout tokens/s, generated tokens per step, decoding steps per step) of
+    DriftCallGRPOTrainer, stage 1."""
     from cells.step_15_train_stage1 import build_stage_trainer
     from cells.training.stages import curriculum_max_steps
 
@@ -140,7 +145,8 @@ def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float]:
     rate = sum(h["rollout/tokens_per_s"] for h in logs) / len(logs)
     episodes = ctx.profile.num_generations * ctx.profile.prompts_per_step  # one step's batch
     tokens = sum(h["rollout/model_tokens_mean"] for h in logs) / len(logs) * episodes
-    return seconds, rate, tokens
+    decode_steps = sum(h.get("rollout/decode_steps", 0.0) for h in logs) / len(logs)
+    return seconds, rate, tokens, decode_steps
 
 
 def bench_floor(model: Any, tok: Any, profile: Any, completion_tokens: int, steps: int, out: Path) -> tuple[float, float]:
@@ -187,11 +193,12 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
         dataset = tokenize_all(tok, warm_start_conversations(ctx), progress=True)
         sft, padding, stock_rate = bench_sft(model, tok, dataset, profile, sft_steps, Path(tmp) / "sft")
         ctx.model, ctx.tokenizer = (model if hasattr(model, "peft_config") else attach_adapter(model, profile)), tok
-        grpo_s, rollout_rate, tokens = bench_grpo(ctx, grpo_steps)
+        grpo_s, rollout_rate, tokens, decode_steps = bench_grpo(ctx, grpo_steps)
         mean_completion = max(1, round(tokens / (profile.num_generations * profile.prompts_per_step)))
         drop_reference_adapter(ctx.model)  # the plain trainer adds its own frozen `ref` copy
         floor_s, floor_tokens = bench_floor(ctx.model, tok, profile, mean_completion, grpo_steps, Path(tmp) / "floor")
-    return TrainBench(profile_name, params, sft, padding, stock_rate, grpo_s, rollout_rate, tokens, floor_s, floor_tokens)
+    return TrainBench(profile_name, params, sft, padding, stock_rate, grpo_s, rollout_rate, tokens, floor_s, floor_tokens,
+                      decode_steps, float(mean_completion))
 
 
 def main(argv: list[str]) -> int:

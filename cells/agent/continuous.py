@@ -1,0 +1,178 @@
+"""Continuous batching for multi-turn rollouts: each episode starts its next turn as soon as its last one ends.
+
+The lock-step driver (`rollout.rollout_batch`'s default) runs turn j of every episode as one `generate`, which
+lasts as long as that turn's longest row: a row whose tool call took 20 tokens waits while another writes 90.
+On a CPU the tiny models are bound by per-step overhead, not arithmetic, so what a rollout costs is its number
+of decoding steps: measured on cpu-learn's `bench train`, 362 lock-step decoding steps for episodes of ~126
+generated tokens each. Here every step decodes one token for every row *and* feeds the rows that just finished
+a turn their environment tokens (the observation and the template around it) in the same forward; no row waits
+for another's turn, and no prefix is ever encoded twice (one KV cache per row for the whole episode).
+
+How: one `transformers.DynamicCache` over all rows, fed with a (B, K) block a step: each row's unfed tokens
+right-aligned (K = the longest; decoding rows feed one), holes masked in the 2D attention mask, positions
+given per row (so RoPE sees each episode's own positions). After a step that left holes, or dropped finished
+rows, the cache is re-packed: every row's cached keys/values moved to the right, holes gone. Attention masks
+in transformers 5 are index-based (causal over cache indices + the 2D padding mask), which is exact here since
+only left padding remains between steps.
+
+The decisions are the lock-step driver's, per row: the same per-turn token caps and episode budget, the same
+stop tokens, the same `_advance` (env step, env/template tokens with mask 0), the same per-turn sampling seeds
+(`_turn_seed`) drawn in the same order, so a seeded or greedy episode comes out as the lock-step one does up
+to floating-point noise between batch shapes (`tests/test_step_11_agent.py` compares them). Only for models
+whose attention window covers a whole episode (`supports_continuous`): a sliding window shorter than that
+(Gemma 3 1B/4B: 512/1024) measures distance in cache slots, so those models keep the lock-step driver.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cells.agent.rollout import (
+    ChatPieces,
+    GenerationSpec,
+    _advance,
+    _Episode,
+    _turn_seed,
+    categorical_by_inverse_cdf,
+    logit_warpers,
+)
+
+
+def supports_continuous(model: Any, longest_episode: int) -> bool:
+    """True when `play_continuously` computes what `generate` would for `model`: a transformers causal LM
+    whose forward takes a `cache` and `position_ids`, and whose attention window (if any) spans twice
+    `longest_episode` tokens (room for one step's holes before a re-pack)."""
+    causal = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+    config = getattr(causal, "config", None)
+    if config is None:
+        return False
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    window = getattr(text, "sliding_window", None)
+    if window is not None and window < 2 * longest_episode:
+        return False
+    try:
+        params = inspect.signature(type(causal).forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return {"cache", "position_ids", "logits_to_keep"} <= set(params)
+
+
+@dataclass
+class _Row:
+    """One episode in flight: what of its tokens the cache holds, and its current turn."""
+
+    run: _Episode
+    fed: int = 0  # tokens of prompt + completion + turn already in the cache
+    turn: list[int] = field(default_factory=list)  # tokens sampled this turn
+    limit: int = 1  # this turn's token cap
+    budget: int = 0  # tokens left in the episode when the turn began
+    generator: Any = None  # this turn's sampling generator (seeded rollouts)
+
+    def unfed(self) -> list[int]:
+        seq = self.run.prompt_ids + self.run.completion + self.turn
+        return seq[self.fed:]
+
+
+def _start_turn(row: _Row, spec: GenerationSpec, seeded: bool, device: Any) -> None:
+    import torch
+
+    row.budget = spec.max_episode_tokens - len(row.run.completion)
+    row.limit = max(1, min(spec.max_new_tokens_per_turn, row.budget))
+    row.turn = []
+    if seeded:
+        row.generator = torch.Generator(device=device).manual_seed(_turn_seed(row.run))
+
+
+def _sample(logits: Any, rows: Sequence[_Row], spec: GenerationSpec, seeded: bool, warp: Callable[[Any], Any]
+            ) -> list[int]:
+    """One token per row from `logits` (B, V): argmax, each row's own generator, or the global RNG, as the
+    lock-step driver's `generate` call would."""
+    import torch
+
+    if spec.greedy:
+        return logits.argmax(dim=-1).tolist()
+    probs = torch.softmax(warp(logits).float(), dim=-1)  # (B, V)
+    if seeded:
+        return categorical_by_inverse_cdf(probs, [row.generator for row in rows]).tolist()
+    return torch.multinomial(probs, 1).squeeze(1).tolist()
+
+
+def _feed_block(rows: Sequence[_Row], pad: int, device: Any) -> tuple[Any, Any, Any, list[int]]:
+    """`(input_ids (B, K), block mask (B, K), position_ids (B, K), lengths)`: each row's unfed tokens, right-aligned."""
+    import torch
+
+    feeds = [row.unfed() for row in rows]
+    width = max(len(f) for f in feeds)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row, feed) in enumerate(zip(rows, feeds, strict=True)):
+        start = width - len(feed)
+        ids[i, start:] = torch.tensor(feed, dtype=torch.long)
+        mask[i, start:] = 1
+        positions[i, start:] = torch.arange(row.fed, row.fed + len(feed))
+    return ids.to(device), mask.to(device), positions.to(device), [len(f) for f in feeds]
+
+
+def _repack(cache: Any, mask: Any, keep: Any) -> Any:
+    """Keep rows `keep` (LongTensor) of the cache and `mask` (B, L), each row's cached tokens moved right with
+    the holes removed (left padding only); returns the new mask (B', L')."""
+    import torch
+
+    valid = mask[keep].bool()  # (B', L)
+    width = int(valid.sum(dim=1).max())
+    # a stable sort puts each row's holes first and its cached tokens after them, in order
+    order = torch.argsort(valid.to(torch.int8), dim=1, stable=True)[:, -width:]  # (B', L')
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        index = order[:, None, :, None].expand(-1, layer.keys.size(1), -1, layer.keys.size(3))  # (B', H, L', D)
+        layer.keys = torch.gather(layer.keys[keep], 2, index)
+        layer.values = torch.gather(layer.values[keep], 2, index)
+    return torch.gather(valid, 1, order).to(mask.dtype)
+
+
+def play_continuously(model: Any, tokenizer: Any, pieces: ChatPieces, runs: Sequence[_Episode], spec: GenerationSpec,
+                      seeded: bool, render_observation: Callable[[Any], str]) -> tuple[int, int]:
+    """Play `runs` (those not done) to the end with continuous batching; returns `(model tokens generated,
+    decoding steps)`: every step samples one token for every row still playing."""
+    import torch
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    warp = logit_warpers(spec)
+    rows = [_Row(run) for run in runs if not run.done]
+    for row in rows:
+        _start_turn(row, spec, seeded, device)
+    cache = DynamicCache()  # full-attention layers only: supports_continuous checked the window covers an episode
+    mask = torch.zeros((len(rows), 0), dtype=torch.long, device=device)  # (B, L) over the cache
+    generated = steps = 0
+    while rows:
+        ids, block_mask, positions, lengths = _feed_block(rows, pieces.tok.pad_token_id, device)
+        mask = torch.cat([mask, block_mask], dim=1)  # (B, L + K)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                           logits_to_keep=1).logits[:, -1, :]  # (B, V)
+        for row, n in zip(rows, lengths, strict=True):
+            row.fed += n
+        picks = _sample(logits, rows, spec, seeded, warp)
+        steps += 1
+        keep = []
+        for i, (row, token) in enumerate(zip(rows, picks, strict=True)):
+            row.turn.append(int(token))
+            if token in pieces.stop_ids or len(row.turn) >= row.limit:
+                new, generated = row.turn, generated + len(row.turn)
+                _advance(row.run, tokenizer.decode(new, skip_special_tokens=True), new, row.budget, pieces,
+                         render_observation)
+                if row.run.done or len(row.run.spans) >= spec.max_turns:
+                    continue  # the lock-step driver stops after max_turns turns too (the env is truncated later)
+                _start_turn(row, spec, seeded, device)
+            keep.append(i)
+        if len(keep) < len(rows) or ids.size(1) > 1:
+            rows = [rows[i] for i in keep]
+            if rows:
+                mask = _repack(cache, mask, torch.tensor(keep, dtype=torch.long, device=device))
+    return generated, steps
