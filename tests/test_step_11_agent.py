@@ -288,7 +288,7 @@ def test_expert_asks_about_budget_when_nothing_fits_and_lowers_confidence() -> N
 def test_inverse_cdf_sampling_follows_the_distribution_never_draws_zeros_and_ignores_the_batch():
     import torch
 
-    from cells.agent.rollout import categorical_by_inverse_cdf
+    from cells.agent.sampling import categorical_by_inverse_cdf
 
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]])
     gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]

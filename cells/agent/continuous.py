@@ -30,15 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cells.agent.rollout import (
-    ChatPieces,
-    GenerationSpec,
-    _advance,
-    _Episode,
-    _turn_seed,
-    categorical_by_inverse_cdf,
-    logit_warpers,
-)
+from cells.agent.rollout import ChatPieces, GenerationSpec, _advance, _Episode, _turn_seed
+from cells.agent.sampling import categorical_by_inverse_cdf, logit_warpers
 
 
 def supports_continuous(model: Any, longest_episode: int) -> bool:
