@@ -10,8 +10,10 @@ Prints, from one process (ratios hold even when the machine is shared and absolu
    On a machine shared with other jobs both figures swing by 2-3x from minute to minute; compare them
    only within one run, and rerun when the machine is quiet for absolute numbers.
 2. GRPO seconds per step of `DriftCallGRPOTrainer` (G multi-turn episodes on the real env) on the model
-   the SFT part just trained (so it emits valid actions and episodes run their real length), and its
-   rollout generated tokens/s (model tokens per second of rollout).
+   the SFT part just trained, its rollout generated tokens/s (model tokens per second of rollout) and its
+   decoding steps (forward calls that sampled a token; plain TRL's is its completion length). With the default
+   20 SFT steps that model still writes mostly invalid actions (~95% of its turns failed to parse in this
+   session's runs), so its turns tend to run to the per-turn cap: the episodes' shape, not a trained policy's.
 3. The floor: plain `trl.GRPOTrainer`, single-turn completions with as many generated tokens as our mean
    episode (`min_new_tokens` = `max_completion_length`), same model, same G; printed as the ratio of our
    seconds per generated token to its (target <= 1.5).
