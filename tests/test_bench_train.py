@@ -50,13 +50,16 @@ def test_bench_train_is_reachable_from_the_cli(monkeypatch, capsys):
 
     seen = {}
 
-    def fake(profile, sft_episodes, sft_steps, grpo_steps):
-        seen.update(profile=profile, sft_episodes=sft_episodes, sft_steps=sft_steps, grpo_steps=grpo_steps)
+    def fake(profile, sft_episodes, sft_steps, grpo_steps, model_dir):
+        seen.update(profile=profile, sft_episodes=sft_episodes, sft_steps=sft_steps, grpo_steps=grpo_steps,
+                    model_dir=model_dir)
         return _bench(profile=profile)
 
     monkeypatch.setattr(bt, "run_bench", fake)
     assert cli(["bench", "train", "--profile", "cpu-smoke", "--sft-steps", "3"]) == 0
-    assert seen == {"profile": "cpu-smoke", "sft_episodes": 240, "sft_steps": 3, "grpo_steps": 2}
+    assert seen == {"profile": "cpu-smoke", "sft_episodes": 240, "sft_steps": 3, "grpo_steps": 2, "model_dir": None}
+    assert cli(["bench", "train", "--model-dir", "runs/x/training/warm_start/model"]) == 0
+    assert seen["model_dir"] == "runs/x/training/warm_start/model"
     assert "SFT training tokens/s" in capsys.readouterr().out
     assert main is bt.main
 
@@ -89,3 +92,18 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
     assert seen["candidates"] == 0  # the greedy mining before step 1 is not a step's cost
     assert rate == 500.0 and tokens == 100.0 * 8 * 2  # per-episode mean times every episode of the step
     assert decode_steps == 240.0
+
+
+def test_a_saved_model_is_played_only_with_the_profiles_vocabulary(tmp_path):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from cells.training.bench_train import load_played_model
+
+    tok = tiny_tokenizer()
+    config = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
+                  num_key_value_heads=1, head_dim=16)
+    Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=len(tok), **config)).save_pretrained(tmp_path / "ok")
+    assert load_played_model(tmp_path / "ok", tok).config.vocab_size == len(tok)
+    Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=len(tok) + 7, **config)).save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"vocabulary of \d+ tokens, but the profile's tokenizer has"):
+        load_played_model(tmp_path / "other", tok)

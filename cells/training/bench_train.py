@@ -18,7 +18,8 @@ Prints, from one process (ratios hold even when the machine is shared and absolu
    episode (`min_new_tokens` = `max_completion_length`), same model, same G; printed as the ratio of our
    seconds per generated token to its (target <= 1.5).
 
-Time on 2 CPU cores: ~3-6 min for cpu-learn with the defaults (`--sft-steps`, `--grpo-steps` change it).
+Time on 2 CPU cores: ~3-6 min for cpu-learn with the defaults (`--sft-steps`, `--grpo-steps` change it);
+`--model-dir DIR` times GRPO and the floor on a saved warm start instead (episodes of a trained policy's shape).
 """
 
 from __future__ import annotations
@@ -177,8 +178,23 @@ def bench_floor(model: Any, tok: Any, profile: Any, completion_tokens: int, step
     return seconds, float(completion_tokens * profile.num_generations * profile.prompts_per_step)
 
 
-def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: int) -> TrainBench:
-    """Everything above on a throwaway run directory."""
+def load_played_model(model_dir: str | Path, tokenizer: Any) -> Any:
+    """A saved full model (e.g. a run's `training/warm_start/model`) for the GRPO timings; its vocabulary must be
+    the profile tokenizer's (the tiny tokenizer is rebuilt from the project's corpus, as that run built it)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    if model.config.vocab_size != len(tokenizer):
+        raise ValueError(f"{model_dir}: vocabulary of {model.config.vocab_size} tokens, but the profile's tokenizer has "
+                         f"{len(tokenizer)}; pass a model trained with this profile and corpus, or no --model-dir")
+    return model
+
+
+def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: int,
+              model_dir: str | None = None) -> TrainBench:
+    """Everything above on a throwaway run directory; `model_dir`: time GRPO and the floor on that saved model
+    instead of the one the SFT timing trained (a warm start plays episodes of their real shape)."""
     from cells.pipeline import make_context
     from cells.step_02_profiles import get_profile
     from cells.step_12_model import attach_adapter, boot_model, count_parameters
@@ -194,6 +210,8 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
         params = count_parameters(model).total
         dataset = tokenize_all(tok, warm_start_conversations(ctx), progress=True)
         sft, padding, stock_rate = bench_sft(model, tok, dataset, profile, sft_steps, Path(tmp) / "sft")
+        if model_dir is not None:
+            model = load_played_model(model_dir, tok)
         ctx.model, ctx.tokenizer = (model if hasattr(model, "peft_config") else attach_adapter(model, profile)), tok
         grpo_s, rollout_rate, tokens, decode_steps = bench_grpo(ctx, grpo_steps)
         mean_completion = max(1, round(tokens / (profile.num_generations * profile.prompts_per_step)))
@@ -209,8 +227,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sft-episodes", type=int, default=240, help="fresh expert episodes generated for the SFT timing")
     parser.add_argument("--sft-steps", type=int, default=20, help="SFT optimiser steps timed (each collator)")
     parser.add_argument("--grpo-steps", type=int, default=2, help="GRPO steps timed (ours, then plain TRL)")
+    parser.add_argument("--model-dir", default=None,
+                        help="a saved full model to time GRPO on, e.g. runs/cpu-learn/training/warm_start/model "
+                             "(default: the model the SFT timing trained)")
     args = parser.parse_args(argv)
-    bench = run_bench(args.profile, args.sft_episodes, args.sft_steps, args.grpo_steps)
+    bench = run_bench(args.profile, args.sft_episodes, args.sft_steps, args.grpo_steps, args.model_dir)
     for line in bench.lines():
         print(line)
     return 0
