@@ -34,15 +34,24 @@ from cells.agent.rollout import ChatPieces, GenerationSpec, _advance, _Episode, 
 from cells.agent.sampling import categorical_by_inverse_cdf, logit_warpers
 
 
+def causal_lm_of(model: Any) -> Any:
+    """The `*ForCausalLM` module under a peft wrapper (LoRA layers stay injected), or `model` itself."""
+    return model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+
+
+def text_config_of(model: Any) -> Any:
+    """The text (decoder) config of `model` or of the causal LM under its peft wrapper; None without a config."""
+    config = getattr(causal_lm_of(model), "config", None)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def supports_continuous(model: Any, longest_episode: int) -> bool:
     """True when `play_continuously` computes what `generate` would for `model`: a transformers causal LM
     whose forward takes a `cache` and `position_ids`, and whose attention window (if any) spans twice
     `longest_episode` tokens (room for one step's holes before a re-pack)."""
-    causal = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
-    config = getattr(causal, "config", None)
-    if config is None:
+    causal, text = causal_lm_of(model), text_config_of(model)
+    if text is None:
         return False
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
     window = getattr(text, "sliding_window", None)
     if window is not None and window < 2 * longest_episode:
         return False
@@ -65,8 +74,12 @@ class _Row:
     generator: Any = None  # this turn's sampling generator (seeded rollouts)
 
     def unfed(self) -> list[int]:
-        seq = self.run.prompt_ids + self.run.completion + self.turn
-        return seq[self.fed:]
+        """Tokens of prompt + completion + turn not yet in the cache; mid-turn just the last sampled one (the
+        common case, without copying the episode's tokens every decoding step)."""
+        settled = len(self.run.prompt_ids) + len(self.run.completion)
+        if self.fed >= settled:
+            return self.turn[self.fed - settled:]
+        return (self.run.prompt_ids + self.run.completion)[self.fed:] + self.turn
 
 
 def _start_turn(row: _Row, spec: GenerationSpec, seeded: bool, device: Any) -> None:

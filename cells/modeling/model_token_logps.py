@@ -18,25 +18,21 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
+from cells.agent.continuous import causal_lm_of, text_config_of
+
 # TRL's vocabulary tile width for the chunked kernel (trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE in 1.16)
 VOCAB_CHUNK = 32768
 # Config attributes under which TRL's fused head applies a logit multiplier; models with one keep TRL's path
 _LOGIT_SCALE_ATTRS = ("logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
 
 
-def causal_lm_of(model: Any) -> Any:
-    """The `*ForCausalLM` module under a peft wrapper (LoRA layers stay injected), or `model` itself."""
-    return model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
-
-
 def supports_model_token_scoring(model: Any) -> bool:
     """True when `model_token_logps` computes what TRL's fused head would: a text causal LM without a logit
     multiplier (Gemma 3, the tiny CPU models), reachable without a distributed wrapper (DDP synchronises
     gradients only through the wrapper's own forward)."""
-    causal = causal_lm_of(model)
-    if not (hasattr(causal, "get_decoder") and hasattr(causal, "get_output_embeddings")):
+    causal, config = causal_lm_of(model), text_config_of(model)
+    if config is None or not (hasattr(causal, "get_decoder") and hasattr(causal, "get_output_embeddings")):
         return False
-    config = causal.config.get_text_config() if hasattr(causal.config, "get_text_config") else causal.config
     return not any(getattr(config, name, None) is not None for name in _LOGIT_SCALE_ATTRS)
 
 
@@ -51,8 +47,7 @@ def model_token_logps(model: Any, input_ids: Any, attention_mask: Any, score_mas
     import torch
     from trl.kernels import ChunkedLogProbFunction
 
-    causal = causal_lm_of(model)
-    config = causal.config.get_text_config() if hasattr(causal.config, "get_text_config") else causal.config
+    causal, config = causal_lm_of(model), text_config_of(model)
     width = score_mask.size(1)  # C
     with autocast if autocast is not None else nullcontext():
         hidden = causal.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
