@@ -21,9 +21,9 @@
   loss reads) as well as `args.beta`. With peft the reference is the adapter-disabled base model, so
   beta may change at any time; TRL only logs `kl` when beta != 0, so a run started at beta 0 stays there.
 
-Reads nothing from the Context (steps 15-17 build the trainer); `run(ctx)` prints the API summary.
-Run alone: `python -m cells run --profile cpu-smoke --steps 14` (instant). One GRPO step on the tiny
-model (G=4, 3 turns) takes about a second on 2 CPU cores.
+Reads only the profile's adaptive-KL settings from the Context (steps 15-17 build the trainer); `run(ctx)`
+prints the API summary with them. Run alone: `python -m cells run --profile cpu-smoke --steps 14` (instant).
+One GRPO step on the tiny model (G=4, 3 turns) takes about a second on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -312,10 +312,13 @@ def driftcall_grpo_trainer_methods() -> tuple[str, ...]:
 
 
 def run(ctx: Context) -> Context:
-    """Print the trainer API (the trainer itself is built by steps 15-17)."""
+    """Print the trainer API and the profile's adaptive-KL settings (the trainer itself is built by steps 15-17)."""
     t0 = time.perf_counter()
-    print(f"[trainer] DriftCallGRPOTrainer overrides {driftcall_grpo_trainer_methods()}; "
-          f"adaptive KL target={BETA_KL} kp={DEFAULT_KP} beta in [{DEFAULT_BETA_MIN}, {DEFAULT_BETA_MAX}] "
+    profile = ctx.profile
+    kl = (f"adaptive KL target={profile.adaptive_kl_target} kp={DEFAULT_KP} "
+          f"beta in [{DEFAULT_BETA_MIN}, {profile.adaptive_kl_beta_max}]" if profile.adaptive_kl
+          else f"fixed beta={BETA_KL}")
+    print(f"[trainer] DriftCallGRPOTrainer overrides {driftcall_grpo_trainer_methods()}; {kl} "
           f"({time.perf_counter() - t0:.3f}s)")
     return ctx
 

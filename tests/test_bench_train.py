@@ -97,7 +97,7 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
 def test_a_saved_model_is_played_only_with_the_profiles_vocabulary(tmp_path):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from cells.training.bench_train import load_played_model
+    from cells.training.bench_train import ModelVocabularyError, load_played_model
 
     tok = tiny_tokenizer()
     config = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
@@ -105,5 +105,5 @@ def test_a_saved_model_is_played_only_with_the_profiles_vocabulary(tmp_path):
     Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=len(tok), **config)).save_pretrained(tmp_path / "ok")
     assert load_played_model(tmp_path / "ok", tok).config.vocab_size == len(tok)
     Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=len(tok) + 7, **config)).save_pretrained(tmp_path / "other")
-    with pytest.raises(ValueError, match=r"vocabulary of \d+ tokens, but the profile's tokenizer has"):
+    with pytest.raises(ModelVocabularyError, match=r"vocabulary of \d+ tokens, but the profile's tokenizer has"):
         load_played_model(tmp_path / "other", tok)

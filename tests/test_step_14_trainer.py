@@ -284,6 +284,15 @@ def test_base_without_add_callback_is_refused_only_when_adaptive_kl_needs_it():
     assert _build_on(Bare, enable_adaptive_kl=False).adaptive_kl_callback is None
 
 
+def test_run_prints_the_profiles_adaptive_kl_settings(capsys):
+    learn = get_profile("cpu-learn")
+    s14.run(types.SimpleNamespace(profile=learn))
+    assert f"target={learn.adaptive_kl_target} " in capsys.readouterr().out
+    assert learn.adaptive_kl_target != s14.BETA_KL  # the line used to print the default whatever the profile
+    s14.run(types.SimpleNamespace(profile=dataclasses.replace(learn, adaptive_kl=False)))
+    assert f"fixed beta={s14.BETA_KL}" in capsys.readouterr().out
+
+
 def test_adaptive_kl_goes_through_add_callback_and_runs_first():
     class Handler:
         def __init__(self, callbacks):

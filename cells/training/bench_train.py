@@ -31,7 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cells.errors import DriftCallError
+
 IGNORE_INDEX = -100
+
+
+class ModelVocabularyError(DriftCallError, ValueError):
+    """A saved model whose vocabulary is not the profile tokenizer's (its token ids would mean other strings)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +192,7 @@ def load_played_model(model_dir: str | Path, tokenizer: Any) -> Any:
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     if model.config.vocab_size != len(tokenizer):
-        raise ValueError(f"{model_dir}: vocabulary of {model.config.vocab_size} tokens, but the profile's tokenizer has "
+        raise ModelVocabularyError(f"{model_dir}: vocabulary of {model.config.vocab_size} tokens, but the profile's tokenizer has "
                          f"{len(tokenizer)}; pass a model trained with this profile and corpus, or no --model-dir")
     return model
 
