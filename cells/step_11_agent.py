@@ -12,7 +12,8 @@ The face of `cells/agent/`:
   NLU of the utterance; never the hidden user facts, the drift schedule or vendor flags);
 - `play`: `play_episode(env, policy, seed) -> (Episode, Rewards)`, `play_many(factory,
   policy_factory, seeds)`, `expert_conversations(n, stage, seed)` (SFT warm-start chats);
-- `rollout` (token-level model rollouts): `rollout_batch`, `make_rollout_group_fn`, `TrajectoryTokens`.
+- `rollout` (token-level model rollouts): `rollout_batch`, `TrajectoryTokens`; `groups` (GRPO groups as
+  rollouts): `make_rollout_group_fn`.
 
 Reads `ctx.env_factory` (step 10; built here if absent) and `ctx.profile.seed`; writes
 `ctx.reports["agent_smoke"]` ({stage: {policy: {"success", "reward"}}}).
@@ -25,12 +26,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cells.actions import ACTION_FORMAT_HELP, ActionParseError, format_action, parse_action
+from cells.agent.groups import make_rollout_group_fn
 from cells.agent.play import PlayResult, conversation, expert_conversations, play_episode, play_many
 from cells.agent.policies import ExpertPolicy, GoalReader, HonestFailurePolicy, NaivePolicy, Policy
 from cells.agent.policies.exploits import EXPLOIT_POLICIES
 from cells.agent.policies.random_policy import RandomPolicy
 from cells.agent.prompt import PINNED_SYSTEM_PROMPT, build_system_prompt, initial_messages, render_observation
-from cells.agent.rollout import TrajectoryTokens, make_rollout_group_fn, rollout_batch
+from cells.agent.rollout import TrajectoryTokens, rollout_batch
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context

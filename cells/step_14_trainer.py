@@ -7,8 +7,8 @@
   materialises the records itself.
 - `make_driftcall_grpo_trainer_cls()` -> `DriftCallGRPOTrainer(trl.GRPOTrainer)`. Its
   `_generate_and_score_completions` runs G multi-turn episodes per distinct prompt through
-  `rollout_group_fn` (token-level, `cells/agent/rollout.py`), scores them with `reward_fn_driftcall`
-  (step 13) and returns exactly what TRL's `_compute_loss` reads: `prompt_ids`/`prompt_mask`
+  `rollout_group_fn` (token-level: `cells/agent/groups.py` over `cells/agent/rollout.py`), scores them with
+  `reward_fn_driftcall` (step 13) and returns exactly what TRL's `_compute_loss` reads: `prompt_ids`/`prompt_mask`
   (left-padded), `completion_ids`/`completion_mask` (right-padded; the completion is the whole episode
   after the turn-0 prompt), `tool_mask` (1 = model token, 0 = env/template token; TRL multiplies it into
   the loss mask), group-relative `advantages`, `num_items_in_batch`, and `old_per_token_logps` /

@@ -96,7 +96,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
     Contract the stage runner relies on: `output_dir` is the trainer's output_dir, `callbacks` are
     passed through, `max_steps` is the curriculum total, checkpoints are saved by steps.
     """
-    from cells.agent.rollout import rollout_group_fn_for_profile
+    from cells.agent.groups import rollout_group_fn_for_profile
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_07_tasks import generate
     from cells.step_10_env import stage_env_factories

@@ -38,7 +38,7 @@ def main(out: Path, cache: Path) -> None:
     from toy_env import ToyEnv, toy_goal
 
     from cells import step_14_trainer as s14
-    from cells.agent.rollout import make_rollout_group_fn
+    from cells.agent.groups import make_rollout_group_fn
     from cells.modeling.tiny import build_or_load_tiny, corpus_texts
     from cells.step_02_profiles import get_profile
     from cells.step_12_model import lora_config

@@ -102,7 +102,7 @@ def test_rollout_token_building_equals_the_trained_tokenization_on_gemmas_templa
 
 
 def test_lora_sits_on_gemmas_projections_and_sft_and_grpo_steps_move_only_the_adapter(gemma, tmp_path):
-    from cells.agent.rollout import make_rollout_group_fn
+    from cells.agent.groups import make_rollout_group_fn
     from cells.step_13_grpo_config import build_grpo_config, reward_fn
     from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
     from cells.training.warm_start import sft_warm_start

@@ -59,7 +59,7 @@ def train_stage(env_factory, tmp_path: Path) -> list[str]:
     import torch
     from peft import get_peft_model
 
-    from cells.agent.rollout import make_rollout_group_fn
+    from cells.agent.groups import make_rollout_group_fn
     from cells.modeling.tiny import build_or_load_tiny
     from cells.step_02_profiles import get_profile
     from cells.step_07_tasks import generate

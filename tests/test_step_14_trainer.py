@@ -16,8 +16,9 @@ import torch
 from toy_env import FixedRewardEnv, ToyEnv, toy_goal
 
 from cells import step_14_trainer as s14
+from cells.agent.groups import make_rollout_group_fn
 from cells.agent.prompt import build_system_prompt
-from cells.agent.rollout import TrajectoryTokens, make_rollout_group_fn, rollout_batch
+from cells.agent.rollout import TrajectoryTokens, rollout_batch
 from cells.modeling.grpo_batch import BatchError, group_advantages, pad_trajectories, prompt_runs
 from cells.modeling.tiny import build_or_load_tiny, corpus_texts
 from cells.step_02_profiles import get_profile
@@ -521,7 +522,7 @@ def test_generation_spec_sets_the_decoding_and_keywords_override_it(tiny_cache):
 def test_groups_played_together_give_each_group_its_own_seeds_episodes(tiny_cache):
     """`play_groups` (what the trainer calls for a step of several prompts) plays every group in one
     batched rollout; each group comes back in order with the episodes its own seeds sample alone."""
-    from cells.agent.rollout import GroupRequest
+    from cells.agent.groups import GroupRequest
 
     model, tok = fresh_policy(tiny_cache)
     group_fn = make_rollout_group_fn(max_new_tokens_per_turn=MAX_NEW, max_episode_tokens=200)
@@ -558,13 +559,14 @@ def test_continuous_batching_plays_exactly_the_lock_step_episodes(tiny_cache, mo
     """Episodes of different lengths (1-4 turns, turns cut by the cap or the stop token, one budget running out):
     continuous batching produces the lock-step driver's tokens, masks, transcripts and counts, without ever
     calling its per-turn `generate`."""
+    import cells.agent.groups as groups
     import cells.agent.rollout as rollout
 
     model, tok = fresh_policy(tiny_cache)
     turns = [1, 4, 2, 3, 4, 1]
     seeds = [5, 6, 7, 8, 9, 10]
     kwargs = {"max_new_tokens_per_turn": MAX_NEW, "max_episode_tokens": 90, "greedy": not seeded,
-              "sample_seeds": [rollout.episode_sample_seed(s, 0) for s in seeds] if seeded else None}
+              "sample_seeds": [groups.episode_sample_seed(s, 0) for s in seeds] if seeded else None}
     lock = rollout_batch([ToyEnv(turns=t) for t in turns], seeds, model=model, tokenizer=tok,
                          continuous_batching=False, **kwargs)
 

@@ -58,12 +58,12 @@ def _rollout(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generat
              ) -> tuple[list[Any], list[Any], int | None]:
     """`(episodes, trajectories, decoding steps or None)`: `count` episodes per run, with the policy unwrapped and
     gradients off; all runs in one batched rollout when `rollout_group_fn` has `play_groups`
-    (`cells.agent.rollout.make_rollout_group_fn`: it also counts the decoding steps), else one
+    (`cells.agent.groups.make_rollout_group_fn`: it also counts the decoding steps), else one
     `rollout_group_fn` call per run."""
     import torch
     from trl.models.utils import unwrap_model_for_generation
 
-    from cells.agent.rollout import GroupRequest
+    from cells.agent.groups import GroupRequest
 
     play_groups = getattr(self.rollout_group_fn, "play_groups", None)
     split = play_groups is not None or _accepts_first_generation(self.rollout_group_fn)
@@ -72,7 +72,7 @@ def _rollout(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generat
             if count != num_generations:
                 raise BatchError(f"this process holds {count} of a group's G={num_generations} episodes; a "
                                  "rollout_group_fn must accept `first_generation` to play part of a group "
-                                 "(cells.agent.rollout.make_rollout_group_fn does)")
+                                 "(cells.agent.groups.make_rollout_group_fn does)")
     requests = [GroupRequest(record["_meta"]["goal"], int(record["_meta"]["episode_seed"]), count, first)
                 for record, first, count in runs]
     with torch.no_grad(), unwrap_model_for_generation(
@@ -96,7 +96,7 @@ def _rollout(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generat
                              f"expected {request.count} each")
         if not all(hasattr(t, "completion_ids") and hasattr(t, "assistant_mask") for t in trajs):
             raise BatchError("rollout_group_fn must return TrajectoryTokens (token ids + assistant mask), "
-                             "not text: use cells.agent.rollout.make_rollout_group_fn")
+                             "not text: use cells.agent.groups.make_rollout_group_fn")
         episodes.extend(eps)
         trajectories.extend(trajs)
     return episodes, trajectories, decode_steps

@@ -34,7 +34,7 @@ def worker(out: Path, profile_name: str, steps: int, model_dir: str | None) -> N
     import torch
     from transformers import Gemma3ForCausalLM, TrainerCallback
 
-    from cells.agent.rollout import rollout_group_fn_for_profile
+    from cells.agent.groups import rollout_group_fn_for_profile
     from cells.distributed import is_main_process, launched_processes, main_process_first
     from cells.step_02_profiles import TRAIN_SEEDS, get_profile
     from cells.step_07_tasks import generate
