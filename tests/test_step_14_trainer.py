@@ -80,6 +80,18 @@ class RecordingTokenizer:
         return "|".join(m["content"] for m in messages)
 
 
+def stop_prone_policy(cache):
+    """`fresh_policy` whose end-of-turn token has a random output row of norm ~0.5 * sqrt(hidden): turns end at
+    the cap or early, depending on the context (an untrained model otherwise writes every turn to the cap)."""
+    from cells.agent.rollout import ChatPieces
+
+    model, tok = fresh_policy(cache)
+    weight = model.get_base_model().get_output_embeddings().weight  # (V, H)
+    with torch.no_grad():
+        weight[ChatPieces(tok).stop_ids[0]] = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(0)) / 2
+    return model, tok
+
+
 def test_render_initial_prompt_is_exactly_two_messages(tiny_cache):
     rec = RecordingTokenizer()
     goal = toy_goal(3)
@@ -558,11 +570,13 @@ def test_a_step_of_two_prompts_plays_both_groups_in_one_rollout(tiny_cache, tmp_
 def test_continuous_batching_plays_exactly_the_lock_step_episodes(tiny_cache, monkeypatch, seeded):
     """Episodes of different lengths (1-4 turns, turns cut by the cap or the stop token, one budget running out):
     continuous batching produces the lock-step driver's tokens, masks, transcripts and counts, without ever
-    calling its per-turn `generate`."""
+    calling its per-turn `generate`. Sampled, turns end at different steps, so some steps feed one row its
+    observation while the others decode (`_forward_feeding_apart`, on its own slice of the cache)."""
+    import cells.agent.continuous as continuous
     import cells.agent.groups as groups
     import cells.agent.rollout as rollout
 
-    model, tok = fresh_policy(tiny_cache)
+    model, tok = stop_prone_policy(tiny_cache)
     turns = [1, 4, 2, 3, 4, 1]
     seeds = [5, 6, 7, 8, 9, 10]
     kwargs = {"max_new_tokens_per_turn": MAX_NEW, "max_episode_tokens": 90, "greedy": not seeded,
@@ -574,7 +588,11 @@ def test_continuous_batching_plays_exactly_the_lock_step_episodes(tiny_cache, mo
         raise AssertionError("continuous batching called the lock-step generate")
 
     monkeypatch.setattr(rollout, "_generate", refuse)
+    apart = []
+    feed_apart = continuous._forward_feeding_apart
+    monkeypatch.setattr(continuous, "_forward_feeding_apart", lambda *a, **k: apart.append(a[5]) or feed_apart(*a, **k))
     cont = rollout_batch([ToyEnv(turns=t) for t in turns], seeds, model=model, tokenizer=tok, **kwargs)
+    assert bool(apart) == seeded  # greedy, these rows end every turn together
     assert cont.trajectories == lock.trajectories and cont.transcripts == lock.transcripts
     assert cont.generated_tokens == lock.generated_tokens > 0
     lengths = [[e - s for s, e in t.turn_spans] for t in lock.trajectories]

@@ -4,21 +4,24 @@ The lock-step driver (`rollout.rollout_batch`'s default) runs turn j of every ep
 lasts as long as that turn's longest row: a row whose tool call took 20 tokens waits while another writes 90.
 On a CPU the tiny models are bound by per-step overhead, not arithmetic, so what a rollout costs is its number
 of decoding steps: measured on cpu-learn's `bench train`, 362 lock-step decoding steps for episodes of ~126
-generated tokens each. Here every step decodes one token for every row *and* feeds the rows that just finished
-a turn their environment tokens (the observation and the template around it) in the same forward; no row waits
-for another's turn, and no prefix is ever encoded twice (one KV cache per row for the whole episode).
+generated tokens each. Here every step decodes one token for every row, and the rows that just finished a turn
+take their environment tokens (the observation and the template around it) in the same step; no row waits for
+another's turn, and no prefix is ever encoded twice (one KV cache per row for the whole episode).
 
 How: one `transformers.DynamicCache` over all rows, fed with a (B, K) block a step: each row's unfed tokens
 right-aligned (K = the longest; decoding rows feed one), holes masked in the 2D attention mask, positions
-given per row (so RoPE sees each episode's own positions). After a step that left holes, or dropped finished
-rows, the cache is re-packed: every row's cached keys/values moved to the right, holes gone. Attention masks
-in transformers 5 are index-based (causal over cache indices + the 2D padding mask), which is exact here since
-only left padding remains between steps.
+given per row (so RoPE sees each episode's own positions). When some rows feed an observation while others
+decode, the feeding rows run as a second forward on their own slice of the cache (`_forward_feeding_apart`):
+one shared block would pad every decoding row to the observation's length (on cpu-learn's warm start that
+padding was ~80% of the positions the model saw; the split cut a rollout's CPU time by 31%). After a step
+that left holes, or dropped finished rows, the cache is re-packed: every row's cached keys/values moved to the
+right, holes gone. Attention masks in transformers 5 are index-based (causal over cache indices + the 2D
+padding mask), which is exact here since only left padding remains between steps.
 
 The decisions are the lock-step driver's, per row: the same per-turn token caps and episode budget, the same
 stop tokens, the same `_advance` (env step, env/template tokens with mask 0), the same per-turn sampling seeds
 (`_turn_seed`) drawn in the same order, so a seeded or greedy episode comes out as the lock-step one does up
-to floating-point noise between batch shapes (`tests/test_step_11_agent.py` compares them). Only for models
+to floating-point noise between batch shapes (`tests/test_step_14_trainer.py` compares them). Only for models
 whose attention window covers a whole episode (`supports_continuous`): a sliding window shorter than that
 (Gemma 3 1B/4B: 512/1024) measures distance in cache slots, so those models keep the lock-step driver.
 """
@@ -106,21 +109,69 @@ def _sample(logits: Any, rows: Sequence[_Row], spec: GenerationSpec, seeded: boo
     return torch.multinomial(probs, 1).squeeze(1).tolist()
 
 
-def _feed_block(rows: Sequence[_Row], pad: int, device: Any) -> tuple[Any, Any, Any, list[int]]:
-    """`(input_ids (B, K), block mask (B, K), position_ids (B, K), lengths)`: each row's unfed tokens, right-aligned."""
+def _feed_block(rows: Sequence[_Row], feeds: Sequence[list[int]], pad: int, device: Any) -> tuple[Any, Any, Any]:
+    """`(input_ids (B, K), block mask (B, K), position_ids (B, K))`: each row's `feeds`, right-aligned (an empty
+    feed is a one-token hole)."""
     import torch
 
-    feeds = [row.unfed() for row in rows]
-    width = max(len(f) for f in feeds)
+    width = max(1, max(len(f) for f in feeds))
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     positions = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (row, feed) in enumerate(zip(rows, feeds, strict=True)):
+        if not feed:
+            continue
         start = width - len(feed)
         ids[i, start:] = torch.tensor(feed, dtype=torch.long)
         mask[i, start:] = 1
         positions[i, start:] = torch.arange(row.fed, row.fed + len(feed))
-    return ids.to(device), mask.to(device), positions.to(device), [len(f) for f in feeds]
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def _last_logits(model: Any, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
+    """Logits (B, V) at the last position of the block `ids`, extending `cache`; `mask` covers cache + block."""
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                     logits_to_keep=1).logits[:, -1, :]
+
+
+def _forward_feeding_apart(model: Any, cache: Any, mask: Any, rows: Sequence[_Row], feeds: Sequence[list[int]],
+                           apart: Sequence[int], pad: int, device: Any) -> tuple[Any, Any]:
+    """One decoding step where rows `apart` feed several tokens (an observation and its template) and the others
+    one: the feeding rows run on their own slice of the cache, so the decoding rows are not padded to the
+    observation's length. Measured on cpu-learn's warm start (16 episodes of stage 2): one shared block padded
+    every row to the longest feed, 83,502 positions over 49 such steps, ~40% of the rollout's CPU time.
+
+    Returns `(logits (B, V), mask (B, L'))`; the feeding rows' new keys sit after a one-token hole that the
+    decode block left in their row, and every hole goes at the next `_repack`."""
+    import torch
+    from transformers import DynamicCache
+
+    index = torch.tensor(apart, dtype=torch.long, device=device)
+    part = DynamicCache()
+    for layer_idx, layer in enumerate(cache.layers):
+        part.update(layer.keys[index], layer.values[index], layer_idx)
+    part_rows = [rows[i] for i in apart]
+    ids, part_block, positions = _feed_block(part_rows, [feeds[i] for i in apart], pad, device)
+    part_logits = _last_logits(model, ids, torch.cat([mask[index], part_block], dim=1), positions, part)
+    feeding = set(apart)
+    decoding = [[] if i in feeding else feed for i, feed in enumerate(feeds)]
+    ids, block_mask, positions = _feed_block(rows, decoding, pad, device)  # (B, 1): the feeding rows a hole
+    mask = torch.cat([mask, block_mask], dim=1)  # (B, L + 1)
+    logits = _last_logits(model, ids, mask, positions, cache).clone()
+    logits[index] = part_logits
+    width, added = mask.size(1), part_block.size(1)
+    for layer, part_layer in zip(cache.layers, part.layers, strict=True):
+        for name in ("keys", "values"):
+            full = getattr(layer, name)  # (B, H, L + 1, D)
+            grown = torch.cat([full, full.new_zeros(*full.shape[:2], added, full.size(3))], dim=2)
+            grown[index, :, width:] = getattr(part_layer, name)[:, :, width - 1:]
+            setattr(layer, name, grown)
+    grown_mask = torch.cat([mask, mask.new_zeros(mask.size(0), added)], dim=1)  # (B, L + 1 + K)
+    grown_mask[index, width:] = part_block
+    return logits, grown_mask
 
 
 def _repack(cache: Any, mask: Any, keep: Any) -> Any:
@@ -157,13 +208,18 @@ def play_continuously(model: Any, tokenizer: Any, pieces: ChatPieces, runs: Sequ
     mask = torch.zeros((len(rows), 0), dtype=torch.long, device=device)  # (B, L) over the cache
     generated = steps = 0
     while rows:
-        ids, block_mask, positions, lengths = _feed_block(rows, pieces.tok.pad_token_id, device)
-        mask = torch.cat([mask, block_mask], dim=1)  # (B, L + K)
-        with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                           logits_to_keep=1).logits[:, -1, :]  # (B, V)
-        for row, n in zip(rows, lengths, strict=True):
-            row.fed += n
+        feeds = [row.unfed() for row in rows]
+        apart = [i for i, feed in enumerate(feeds) if len(feed) > 1]
+        if apart and len(apart) < len(rows):  # some rows decode while others take their env tokens
+            logits, mask = _forward_feeding_apart(model, cache, mask, rows, feeds, apart, pieces.tok.pad_token_id,
+                                                  device)
+        else:  # one block: every row decodes, or every row feeds (the prompts)
+            ids, block_mask, positions = _feed_block(rows, feeds, pieces.tok.pad_token_id, device)
+            mask = torch.cat([mask, block_mask], dim=1)  # (B, L + K)
+            logits = _last_logits(model, ids, mask, positions, cache)
+        holes = max(len(feed) for feed in feeds) > 1
+        for row, feed in zip(rows, feeds, strict=True):
+            row.fed += len(feed)
         picks = _sample(logits, rows, spec, seeded, warp)
         steps += 1
         keep = []
@@ -177,7 +233,7 @@ def play_continuously(model: Any, tokenizer: Any, pieces: ChatPieces, runs: Sequ
                     continue  # the lock-step driver stops after max_turns turns too (the env is truncated later)
                 _start_turn(row, spec, seeded, device)
             keep.append(i)
-        if len(keep) < len(rows) or ids.size(1) > 1:
+        if len(keep) < len(rows) or holes:
             rows = [rows[i] for i in keep]
             if rows:
                 mask = _repack(cache, mask, torch.tensor(keep, dtype=torch.long, device=device))
