@@ -109,8 +109,23 @@ def _max_offence_share(probe: Mapping[str, Any] | None) -> tuple[str, float] | N
     return max(shares.items(), key=lambda kv: kv[1]) if shares else ("none", 0.0)
 
 
+ONE_PIECE_MINUTES = 60.0  # issue 10: `python -m cells run --profile cpu-learn` on the 2-core machine
+
+
+def one_piece_target(timings: Mapping[str, float] | None, warm: Mapping[str, Any]) -> Target:
+    """The wall-time target: the recorded steps' minutes, judged only when one invocation trained everything
+    (a reused warm start's minutes are not in `timings.json`, so that run says so instead of passing)."""
+    goal = f"<= {ONE_PIECE_MINUTES:.0f} min"
+    if not timings:
+        return Target("one command, wall time", goal, "n/a", None)
+    minutes = sum(timings.values()) / 60
+    if warm_start_reused(timings, warm):
+        return Target("one command, wall time", goal, f"{minutes:.1f} min over a reused warm start", None)
+    return Target("one command, wall time", goal, f"{minutes:.1f} min", minutes <= ONE_PIECE_MINUTES)
+
+
 def targets(reports: Mapping[str, Any], zero_var: Mapping[int, float]) -> list[Target]:
-    """Issue 10's targets, measured on this run."""
+    """Issue 10's learning targets, measured on this run (the wall-time one is `one_piece_target`)."""
     s1 = _success(reports.get("baseline"), "baseline", "1")
     drifted = ((reports.get("paired") or {}).get("by_drift") or {}).get("drifted", {}).get("success", {}).get("diff")
     out = [Target("held-out stage-1 success after the warm start", ">= 60%", _rate(s1),
@@ -314,8 +329,8 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
                   + ", ".join(f"stage {s} {_pct(v)}" for s, v in zero_var.items()) + ".", ""]
     parts += _generation_lines(reports, _load(run_dir, "memory.json", required=False))
     if profile.get("warm_start_full"):
-        parts += ["Issue 10's targets (set for cpu-learn):", "", table(["target", "goal", "measured", ""],
-                                                    [t.row() for t in targets(reports, zero_var)])]
+        rows = [t.row() for t in (one_piece_target(timings, warm), *targets(reports, zero_var))]
+        parts += ["Issue 10's targets (set for cpu-learn):", "", table(["target", "goal", "measured", ""], rows)]
     if plot_path is not None:
         rel = plot_path.relative_to(readme_dir) if readme_dir and plot_path.is_relative_to(readme_dir) else plot_path
         parts += [f"![held-out success by stage]({Path(rel).as_posix()})", ""]

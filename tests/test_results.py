@@ -109,6 +109,19 @@ def test_targets_say_met_or_not_from_measurements(tmp_path):
     assert by_name["held-out stage-1 success after the warm start"].ok is (s1 >= 0.60)
 
 
+def test_the_wall_time_target_is_judged_only_for_a_run_that_trained_everything(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    warm = json.loads((run / "training" / "warm_start" / "warm_start.json").read_text())
+    one_piece = results.one_piece_target({"step_15_train_stage1": 3000.0, "step_16_train_stage2": 500.0}, warm)
+    assert one_piece.ok is True and one_piece.measured == "58.3 min"
+    assert results.one_piece_target({"step_15_train_stage1": 3000.0, "step_16_train_stage2": 700.0}, warm).ok is False
+    # step 15 shorter than the warm start's own SFT (6 s): it only reloaded, so the minutes are not the run's
+    reused = results.one_piece_target({"step_15_train_stage1": 1.0, "step_16_train_stage2": 299.0}, warm)
+    assert reused.ok is None and "reused warm start" in reused.measured
+    assert results.one_piece_target(None, warm).ok is None
+    assert "| one command, wall time | <= 60 min | 15.0 min | met |" in results.results_section(run)
+
+
 def test_write_replaces_only_the_marked_section_and_draws_the_plot(tmp_path):
     run, _, _ = _fake_run(tmp_path)
     readme = tmp_path / "README.md"
