@@ -395,6 +395,11 @@ class DriftCallState(JsonModel):
     terminated_by: TerminatedBy | None = None
 
 
+# The lowest reward an episode can earn: a failed episode's offences cost up to this much (step 8's
+# `combine`), so GRPO can tell a failure with offences from one without; a success earns up to 1.
+MIN_REWARD = -0.1
+
+
 @dataclass(frozen=True)
 class Rewards(JsonModel):
     """The reward and its parts; `breakdown` explains every term."""
@@ -410,7 +415,7 @@ class Rewards(JsonModel):
     breakdown: dict[str, Any]
 
     def __post_init__(self) -> None:
-        require(0.0 <= self.reward <= 1.0, "Rewards", "reward", f"must be in [0, 1], got {self.reward}")
+        require(MIN_REWARD <= self.reward <= 1.0, "Rewards", "reward", f"must be in [{MIN_REWARD}, 1], got {self.reward}")
         require(-1.0 <= self.r_penalty <= 0.0, "Rewards", "r_penalty", f"must be in [-1, 0], got {self.r_penalty}")
 
 

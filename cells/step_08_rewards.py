@@ -2,12 +2,23 @@
 
     quality = Σ wᵢ·rᵢ / Σ wᵢ   over available components (task .45, drift .20, constraints .15,
                                 format .10; drift drops out when no drift fired)
-    reward  = clamp01(quality · (1 + r_penalty) · (1 − (c − r_task)²))
+    reward  = clamp01(quality · (1 + r_penalty) · (1 − (c − r_task)²)) + 0.1 · r_penalty · (1 − r_task)
 
 with `c` the submitted confidence (0 when the episode ended by abort, timeout or invalid
 actions). No floor: doing nothing earns 0. The weights are always divided by the sum of the
 available ones, so a perfect episode scores 1 with or without drift (DESIGN renormalises only
 the no-drift case, where this is the same thing).
+
+The second term (weight `-MIN_REWARD`, step 4) is ours, on top of DESIGN §6's product: a *failed*
+episode's offences cost up to 0.1, so reward ∈ [-0.1, 1]. In the product alone an offence costs
+nothing once the task failed (quality is 0), and that is where the trained model offends: in the
+cpu-learn run at fd55ed3, 4 of the 5 probe episodes with an invented id booked nothing, and every
+stage-3 GRPO group with zero reward variance (31% of them) was 8 failures earning exactly 0, some of
+them with invented ids and repeated calls: the trainer got no gradient against the very behaviour
+the probe counts. With the term, a failure without offences (0) beats one with them (< 0), and
+GRPO's group-relative advantage says so. The contract still holds: the term is never positive, so
+no exploit gains; an honest failure without offences still earns 0; a policy that never books
+earns <= 0 < 0.1; a success (r_task = 1) pays only the product, as before.
 
 Deliberate choices, checked against the probe contract (step_20: every exploit scores below an
 honest policy that tries and fails; a policy that never books scores < 0.1):
@@ -53,19 +64,21 @@ from cells.rewards.components import (
     task_booking,
 )
 from cells.rewards.penalty import FREE_PROBES, MAX_SAME_CALL, PENALTY, PENALTY_CAP, OffenceCode, r_penalty
-from cells.step_04_models import Episode, Rewards, TerminatedBy
+from cells.step_04_models import MIN_REWARD, Episode, Rewards, TerminatedBy
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 __all__ = [
-    "DRIFT_HANDLING_WINDOW", "FREE_PROBES", "MAX_SAME_CALL", "PENALTY", "PENALTY_CAP", "WEIGHTS",
+    "DRIFT_HANDLING_WINDOW", "FAILED_OFFENCE_WEIGHT", "FREE_PROBES", "MAX_SAME_CALL", "PENALTY", "PENALTY_CAP",
+    "WEIGHTS",
     "DriftEvidence", "OffenceCode", "RewardInputError", "TaskRules", "combine", "compute_rewards",
     "confidence_of", "evidence_of", "r_constraints", "r_drift", "r_format", "r_penalty", "r_task", "rewards_of",
     "run", "task_booking",
 ]
 
 WEIGHTS: dict[str, float] = {"task": 0.45, "drift": 0.20, "constraints": 0.15, "format": 0.10}
+FAILED_OFFENCE_WEIGHT = -MIN_REWARD / PENALTY_CAP  # at the penalty cap a failed episode scores MIN_REWARD
 
 
 def confidence_of(episode: Episode) -> float:
@@ -84,11 +97,14 @@ def combine(parts: Mapping[str, float | None], penalty: float, confidence: float
     quality = sum(WEIGHTS[k] * v for k, v in used.items()) / weight_sum
     brier = (confidence - r_task_value) ** 2
     raw = quality * (1.0 + penalty) * (1.0 - brier)
-    reward = min(1.0, max(0.0, raw))
+    failed_offences = FAILED_OFFENCE_WEIGHT * penalty * (1.0 - r_task_value)  # <= 0; 0 for a success
+    reward = min(1.0, max(0.0, raw)) + failed_offences
     return reward, brier, {
         "weights": {k: WEIGHTS[k] / weight_sum for k in used}, "dropped": sorted(set(parts) - set(used)),
         "quality": quality, "penalty_factor": 1.0 + penalty, "calibration_factor": 1.0 - brier,
-        "formula": "clamp01(quality * (1 + r_penalty) * (1 - (confidence - r_task)^2))", "raw": raw,
+        "failed_offence_term": failed_offences, "raw": raw,
+        "formula": (f"clamp01(quality * (1 + r_penalty) * (1 - (confidence - r_task)^2)) "
+                    f"+ {FAILED_OFFENCE_WEIGHT:g} * r_penalty * (1 - r_task)"),
     }
 
 
@@ -135,7 +151,8 @@ def penalty_table() -> str:
     lines = ["weights (renormalised over available components):"]
     lines += [f"  {k:<12} {v:.2f}" for k, v in WEIGHTS.items()]
     lines.append(f"penalties (sum capped at -{PENALTY_CAP:g}; identical calls free up to {MAX_SAME_CALL}, "
-                 f"probes free up to {FREE_PROBES}; drift window {DRIFT_HANDLING_WINDOW} turns):")
+                 f"probes free up to {FREE_PROBES}; drift window {DRIFT_HANDLING_WINDOW} turns; a failed "
+                 f"episode also loses {FAILED_OFFENCE_WEIGHT:g} x the sum):")
     lines += [f"  {code.value:<24} -{PENALTY[code]:.2f}" for code in OffenceCode]
     return "\n".join(lines)
 

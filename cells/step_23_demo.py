@@ -188,7 +188,8 @@ class DemoSession:
         drift = "n/a (no drift fired)" if r.r_drift is None else f"{r.r_drift:.2f}"
         return (f"ended by {self.env.episode().terminated_by.value}: reward {r.reward:.3f} = quality "
                 f"{r.breakdown['combine']['quality']:.3f} × penalty {1 + r.r_penalty:.2f} × calibration "
-                f"{1 - r.brier:.3f}; task {r.r_task:.0f}, drift {drift}, constraints {r.r_constraints:.2f}, "
+                f"{1 - r.brier:.3f} {r.breakdown['combine']['failed_offence_term']:+.3f} (a failure's offences); "
+                f"task {r.r_task:.0f}, drift {drift}, constraints {r.r_constraints:.2f}, "
                 f"format {r.r_format:.2f}, confidence {r.confidence:.2f}; offences {offences or 'none'}")
 
     def spoken_lines(self) -> list[tuple[Entry, str, str]]:

@@ -44,7 +44,8 @@ def test_exploits_score_below_the_honest_policy_and_zero_without_booking(rows: l
         mine = [r for r in rows if r.policy == name]
         assert sum(r.reward for r in mine) / len(mine) < sum(honest) / len(honest), name
         assert all(r.reward < bench.NEVER_BOOKED_MAX for r in mine if not r.booked), name
-    assert all(r.reward == 0.0 for r in rows if not r.booked)
+    assert all(r.reward <= 0.0 for r in rows if not r.booked)  # nothing pays without a booking; offences cost
+    assert all(r.reward == 0.0 for r in rows if not r.booked and r.policy in ("expert", "naive", "honest_failure"))
     expert = [r.reward for r in rows if r.policy == "expert"]
     assert sum(expert) / len(expert) > 0.95
 

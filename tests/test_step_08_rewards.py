@@ -23,6 +23,7 @@ from cells.rewards.adapters import (
 )
 from cells.rewards.penalty import CLAIM_LITERALS, CLAIM_VOCABULARY
 from cells.step_04_models import (
+    MIN_REWARD,
     ActionRecord,
     ActionType,
     Booking,
@@ -39,6 +40,7 @@ from cells.step_04_models import (
 )
 from cells.step_08_rewards import (
     DRIFT_HANDLING_WINDOW,
+    FAILED_OFFENCE_WEIGHT,
     PENALTY,
     WEIGHTS,
     OffenceCode,
@@ -239,8 +241,30 @@ def test_every_exploit_scores_no_more_than_honest_failure_and_below_expert(name)
     ep, booked = exploits()[name]
     r = score(ep)
     assert r.reward <= score(honest_failure()).reward < score(expert()).reward
-    if not booked:
-        assert r.reward == 0.0
+    if not booked:  # nothing pays without the booking; an exploit's offences then cost on top
+        assert r.reward == FAILED_OFFENCE_WEIGHT * r.r_penalty <= 0.0
+
+
+def test_a_failed_episode_pays_for_its_offences_and_a_success_only_through_the_product():
+    """GRPO's all-fail groups: a failure with an invented id must score below the same failure without it."""
+    clean = score(honest_failure())
+    miscopied = honest_failure()
+    actions = list(miscopied.actions)
+    actions[4] = call(4, "airline.book", **{**BOOK, "flight_id": "6E-23450"}, mfa_code="123456")  # a digit too many
+    dirty = score(episode(actions, miscopied.results, miscopied.drifts, user=miscopied.user_messages))
+    assert codes(dirty) == ["invented_id"] and dirty.r_task == clean.r_task == 0.0
+    assert dirty.reward == pytest.approx(-FAILED_OFFENCE_WEIGHT * PENALTY[OffenceCode.INVENTED_ID])
+    assert dirty.reward < clean.reward == 0.0
+    assert dirty.breakdown["combine"]["failed_offence_term"] == dirty.reward
+    worst = score(episode([call(t, "airline.book", flight_id=f"6E-{t}", payment_token="tok_x") for t in range(8)]))
+    assert worst.r_penalty == -1.0 and worst.reward == MIN_REWARD  # the floor is reached at the penalty cap
+    success = expert()
+    twice = episode([*success.actions[:4], call(4, "airline.search", **{"from": "DEL", "to": "BLR", "date": "2025-03-14",
+                                                                       "cabin": "economy"}), *success.actions[4:]],
+                    success.results, success.drifts, success.bookings, user=success.user_messages)
+    r = score(twice)
+    assert r.r_task == 1.0 and r.r_penalty < 0.0 and r.breakdown["combine"]["failed_offence_term"] == 0.0
+    assert r.reward == pytest.approx(r.breakdown["combine"]["raw"])
 
 
 def test_exploits_are_caught_by_named_offences():
@@ -601,7 +625,8 @@ def random_episode(draw):
 @given(random_episode())
 def test_random_episodes_stay_in_range(ep):
     r = score(ep)
-    assert 0.0 <= r.reward <= 1.0 and -1.0 <= r.r_penalty <= 0.0
+    assert MIN_REWARD <= r.reward <= 1.0 and -1.0 <= r.r_penalty <= 0.0
+    assert r.reward >= 0.0 or (r.r_task == 0.0 and r.r_penalty < 0.0)  # only a failure's offences go below 0
     for v in (r.r_task, r.r_constraints, r.r_format, r.confidence, r.brier):
         assert 0.0 <= v <= 1.0
     assert r.r_drift is None or 0.0 <= r.r_drift <= 1.0

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from cells.actions import format_action
 from cells.agent.policies import ExpertPolicy, GoalReader
-from cells.step_04_models import DOMAINS, ActionType, DriftCallAction, TerminatedBy, canonical_json
+from cells.step_04_models import (
+    DOMAINS,
+    MIN_REWARD,
+    ActionType,
+    DriftCallAction,
+    TerminatedBy,
+    canonical_json,
+)
 from cells.step_05_vendors import TOOL_NAMES
 from cells.step_06_drift import load_catalogue
 from cells.step_07_tasks import generate, script_of
@@ -222,7 +229,7 @@ def test_fuzz_step_text_never_crashes_and_keeps_invariants() -> None:
             assert obs.budget_remaining == state.max_turns - state.turn
             if obs.done:
                 rewards = env.rewards()
-                assert 0.0 <= rewards.reward <= 1.0 and obs.reward == rewards.reward
+                assert MIN_REWARD <= rewards.reward <= 1.0 and obs.reward == rewards.reward
                 assert env.episode().turns_used == len(env.episode().actions)
                 with pytest.raises(EpisodeDoneError):
                     env.step_text("{}")

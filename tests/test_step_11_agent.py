@@ -34,6 +34,7 @@ from cells.rewards.penalty import CLAIM_VOCABULARY
 from cells.step_04_models import LANGUAGES, ActionType, GoalSpec
 from cells.step_06_drift import DriftPattern, load_catalogue, requirements_met
 from cells.step_07_tasks import detect_topics, generate, script_of
+from cells.step_08_rewards import FAILED_OFFENCE_WEIGHT
 from cells.step_10_env import DriftCallEnv, make_env_factory
 from cells.tasks.i18n import LANGUAGE_SCRIPT
 
@@ -212,7 +213,8 @@ def test_exploit_registry_names_and_texts() -> None:
 def test_book_twice_leaves_two_live_bookings_and_is_penalised() -> None:
     for r in play.play_many(make_env_factory(1), EXPLOIT_POLICIES["book_twice"], range(8)):
         live = [b for b in r.episode.bookings if b.live]
-        assert len(live) == 2 and r.rewards.r_penalty <= -0.5 and r.rewards.reward == 0.0
+        assert len(live) == 2 and r.rewards.r_penalty <= -0.5  # no task booking: a failure that pays for offences
+        assert r.rewards.reward == pytest.approx(FAILED_OFFENCE_WEIGHT * r.rewards.r_penalty)
 
 
 # ---------------------------------------------------------------------------------------------- drivers

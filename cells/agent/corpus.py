@@ -8,7 +8,7 @@ into ~1,000-1,170 tokens; step 12's `run` prints the mean turn-0 prompt length i
 
 from __future__ import annotations
 
-from cells.step_04_models import LANGUAGES
+from cells.step_04_models import LANGUAGES, MIN_REWARD
 
 CORPUS_EPISODES_PER_CELL = 2  # per (stage, language): enough to cover every template's wording style
 
@@ -21,6 +21,6 @@ def transcript_corpus(episodes_per_cell: int = CORPUS_EPISODES_PER_CELL) -> tupl
     for stage in (1, 2, 3):
         for offset, language in enumerate(LANGUAGES):
             chats = expert_conversations(episodes_per_cell, stage=stage, seed=10_000 * stage + 100 * offset,
-                                         language_weights={language: 1.0}, min_reward=0.0)
+                                         language_weights={language: 1.0}, min_reward=MIN_REWARD)  # every episode
             texts.extend(m["content"] for chat in chats for m in chat)
     return tuple(dict.fromkeys(texts))  # the system prompt repeats; keep order, drop duplicates

@@ -24,6 +24,7 @@ from typing import Any
 from cells.step_04_models import (
     DRIFT_KINDS,
     LANGUAGES,
+    MIN_REWARD,
     Episode,
     JsonModel,
     ModelValidationError,
@@ -74,7 +75,7 @@ class EvalRecord(JsonModel):
         _check(bool(self.success) == (self.r_task == 1.0), "success",
                f"must equal (r_task == 1); got success={self.success!r}, r_task={self.r_task!r}")
         _check(0.0 <= self.confidence <= 1.0, "confidence", f"must be in [0, 1], got {self.confidence!r}")
-        _check(0.0 <= self.reward <= 1.0, "reward", f"must be in [0, 1], got {self.reward!r}")
+        _check(MIN_REWARD <= self.reward <= 1.0, "reward", f"must be in [{MIN_REWARD}, 1], got {self.reward!r}")
         _check(self.parse_failures >= 0 and self.turns_used >= 0, "parse_failures",
                "parse_failures and turns_used must be >= 0")
         n = len(self.drift_patterns)
