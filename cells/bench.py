@@ -178,8 +178,9 @@ def checks(rows: list[Row]) -> list[tuple[bool, str]]:
                         f"exploit {name} never booked: mean {_mean(unbooked):.4f}, max {worst:.4f} < {NEVER_BOOKED_MAX}"))
     unbooked = [r.reward for r in rows if not r.booked]
     if unbooked:
-        out.append((max(unbooked) == 0.0, f"no reward without a booking: max {max(unbooked):.4f} over "
-                                          f"{len(unbooked)} unbooked episodes of every policy == 0"))
+        # <= 0, not == 0: a failed episode's offences cost (step 8), so an exploit that books nothing goes below 0
+        out.append((max(unbooked) <= 0.0, f"no reward without a booking: max {max(unbooked):.4f} over "
+                                          f"{len(unbooked)} unbooked episodes of every policy <= 0"))
     for pattern, (fired, scheduled) in fire_rates(rows).items():
         out.append((fired >= MIN_FIRE_RATE * scheduled, f"drift {pattern} fired {fired}/{scheduled} stage-2 expert episodes"))
     return out
