@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from cells.actions import MAX_ACTION_CHARS, MAX_ACTION_DEPTH, ActionParseError, parse_action
 from cells.agent.policies import ExpertPolicy, GoalReader
-from cells.step_04_models import MAX_ABS_NUMBER, ActionType, DriftCallAction, ModelValidationError
+from cells.step_04_models import MAX_ABS_NUMBER, MIN_REWARD, ActionType, DriftCallAction, ModelValidationError
 from cells.step_05_vendors import TOOL_NAMES
 from cells.step_10_env import DriftCallEnv
 
@@ -106,9 +106,10 @@ def _strict_json(text: str) -> object:
 
 def _check_rewards(env: DriftCallEnv) -> None:
     r = env.rewards()
-    for name in ("r_task", "r_constraints", "r_format", "confidence", "brier", "reward"):
+    for name in ("r_task", "r_constraints", "r_format", "confidence", "brier"):
         value = getattr(r, name)
         assert math.isfinite(value) and 0.0 <= value <= 1.0, (name, value)
+    assert math.isfinite(r.reward) and MIN_REWARD <= r.reward <= 1.0, r.reward  # a failure's offences go below 0
     assert r.r_drift is None or (math.isfinite(r.r_drift) and 0.0 <= r.r_drift <= 1.0)
     assert math.isfinite(r.r_penalty) and -1.0 <= r.r_penalty <= 0.0
     _strict_json(r.to_json())  # the breakdown is JSON too
