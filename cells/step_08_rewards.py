@@ -12,7 +12,7 @@ the no-drift case, where this is the same thing).
 The second term (weight `-MIN_REWARD`, step 4) is ours, on top of DESIGN §6's product: a *failed*
 episode's offences cost up to 0.1, so reward ∈ [-0.1, 1]. In the product alone an offence costs
 nothing once the task failed (quality is 0), and that is where the trained model offends: in the
-cpu-learn run at fd55ed3, 4 of the 5 probe episodes with an invented id booked nothing, and every
+cpu-learn run at f1ceed7, 4 of the 5 probe episodes with an invented id booked nothing, and every
 stage-3 GRPO group with zero reward variance (31% of them) was 8 failures earning exactly 0, some of
 them with invented ids and repeated calls: the trainer got no gradient against the very behaviour
 the probe counts. With the term, a failure without offences (0) beats one with them (< 0), and
