@@ -54,7 +54,7 @@ def _cmd_control(args: argparse.Namespace) -> int:
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from cells.diagnose import main as diagnose_main
 
-    return diagnose_main(["--run-dir", args.run_dir] + (["--failures"] if args.failures else []))
+    return diagnose_main(["--run-dir", args.run_dir] + [f"--{k}" for k in ("failures", "probe") if getattr(args, k)])
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p_control.set_defaults(func=_cmd_control)
     p_diag = sub.add_parser("diagnose", help="what a CPU run's warm start copies wrong (cells/diagnose.py)")
     p_diag.add_argument("--run-dir", default="runs/cpu-learn")
-    p_diag.add_argument("--failures", action="store_true", help="replay the trained model's failed held-out episodes")
+    which = p_diag.add_mutually_exclusive_group()
+    which.add_argument("--failures", action="store_true", help="replay the trained model's failed held-out episodes")
+    which.add_argument("--probe", action="store_true", help="replay the trained model's probe episodes with an offence")
     p_diag.set_defaults(func=_cmd_diagnose)
     p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
     p_serve.add_argument("--host", default="127.0.0.1")

@@ -12,6 +12,12 @@ template, how the episode ended, why the task reward is 0 (from its breakdown: n
 wrong slot, booked but never submitted), the tool errors it met and its offences. Writes
 `diagnose_failures.json` (per episode, plus counts by domain, template, end and failure), which `python -m
 cells results` summarises. Seconds for cpu-learn.
+
+`--probe`: replays the trained model greedily on the probe's cases (step 20) and keeps every episode with an
+offence: each offence's evidence, the tool errors met, and each invented id next to the string a tool result
+showed that is most like it (a miscopy, or an id unlike any shown). `probe.json` keeps one example per class;
+this says what all of them were. Writes `diagnose_probe.json`, which `python -m cells results` summarises.
+~40 s for cpu-learn.
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ def diagnose_run(run_dir: Path) -> dict[str, int]:
     return counts
 
 
+MISCOPY_SIMILARITY = 0.8  # difflib ratio: `IX-8980` against `IX-898` is 0.92, `HTL-BOM-1` against `HTL-DEL-1` 0.67
+
+
 class DiagnoseError(DriftCallError, RuntimeError):
     """The run directory lacks what a diagnosis replays (the export, the final evaluation's records)."""
 
@@ -87,17 +96,21 @@ def task_failure(task: dict[str, Any]) -> str:
     return f"booked right, ended by {task.get('terminated_by', '?')} without submitting"
 
 
-def failure_row(episode: Any, rewards: Any) -> dict[str, Any]:
-    """What went wrong in one failed `Episode`: its identity, how it ended, why the task reward is 0, the
-    tool errors met (`tool: CODE`, in order) and the offences."""
-    task = rewards.breakdown.get("task", {})
+def episode_row(episode: Any, rewards: Any) -> dict[str, Any]:
+    """One played `Episode` in brief: its identity, how it ended, the tool errors met (`tool: CODE`, in order)
+    and its offence codes."""
     offences = rewards.breakdown.get("penalty", {}).get("offences", [])
     return {"seed": episode.seed, "stage": episode.stage, "language": episode.goal.language,
             "domain": episode.goal.domain, "template": episode.goal.template_id,
             "terminated_by": episode.terminated_by.value, "turns_used": episode.turns_used,
-            "parse_failures": episode.parse_failures, "failure": task_failure(task),
+            "parse_failures": episode.parse_failures,
             "tool_errors": [f"{r.tool_name}: {r.error_code}" for r in episode.results if not r.ok],
             "offences": sorted(str(o.get("code")) for o in offences)}
+
+
+def failure_row(episode: Any, rewards: Any) -> dict[str, Any]:
+    """What went wrong in one failed `Episode`: `episode_row` plus why the task reward is 0."""
+    return {**episode_row(episode, rewards), "failure": task_failure(rewards.breakdown.get("task", {}))}
 
 
 def failure_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -110,25 +123,33 @@ def failure_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "episodes": rows}
 
 
+def load_trained(run_dir: Path, needs: str) -> tuple[Any, Any, Any]:
+    """The run's profile and its exported trained model (step 24) with its tokenizer, ready for greedy play;
+    `needs` is the run file the caller reads besides them."""
+    from cells.step_02_profiles import get_profile
+    from cells.step_24_export import load_export
+
+    for need in (needs, "export", "profile.json"):
+        if not (run_dir / need).exists():
+            raise DiagnoseError(f"{run_dir / need} is missing: run the pipeline through step 24 first")
+    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
+    model, tokenizer = load_export(run_dir / "export")
+    tokenizer.padding_side = "left"
+    model.eval()
+    return profile, model, tokenizer
+
+
 def diagnose_failures(run_dir: Path) -> dict[str, Any]:
     """Replay the exported trained model on the held-out cases it failed; write and return
     `diagnose_failures.json`. Refuses when a replay does not fail as recorded (the export is not the model
     step 19 evaluated)."""
     from cells.evaluation.records import load_records_jsonl
     from cells.evaluation.runner import EvalCase, play_greedy
-    from cells.step_02_profiles import get_profile
     from cells.step_08_rewards import rewards_of
-    from cells.step_24_export import load_export
 
     run_dir = Path(run_dir)
-    for need in ("records_final.jsonl", "export", "profile.json"):
-        if not (run_dir / need).exists():
-            raise DiagnoseError(f"{run_dir / need} is missing: run the pipeline through step 24 first")
-    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
+    profile, model, tokenizer = load_trained(run_dir, "records_final.jsonl")
     failed = [r for r in load_records_jsonl(run_dir / "records_final.jsonl") if not r.success]
-    model, tokenizer = load_export(run_dir / "export")
-    tokenizer.padding_side = "left"
-    model.eval()
     cases = tuple(EvalCase(r.seed, r.stage, r.language) for r in failed)
     rows = []
     for episode in play_greedy(model, tokenizer, cases, profile).episodes if cases else ():
@@ -143,13 +164,91 @@ def diagnose_failures(run_dir: Path) -> dict[str, Any]:
     return summary
 
 
+def nearest_shown(episode: Any, turn: int, value: str) -> tuple[str | None, float]:
+    """The string a tool result showed before `turn` most like `value`, and their `difflib` similarity (0-1)."""
+    from difflib import SequenceMatcher
+
+    from cells.rewards.common import scalars
+
+    best, similarity = None, 0.0
+    for shown in sorted({v for r in episode.results if r.turn < turn for v in scalars(r.response)}):
+        ratio = SequenceMatcher(None, value, shown).ratio()
+        if ratio > similarity:
+            best, similarity = shown, ratio
+    return best, round(similarity, 3)
+
+
+def invented_id_reading(episode: Any, offence: dict[str, Any]) -> dict[str, Any]:
+    """An `invented_id` offence read against what the episode showed: a miscopy of a shown string (similarity
+    >= MISCOPY_SIMILARITY: a character dropped, doubled or changed) or an id unlike any shown."""
+    value = str(offence.get("evidence", {}).get("value", ""))
+    shown, similarity = nearest_shown(episode, int(offence.get("turn") or 0), value)
+    reading = "miscopy" if similarity >= MISCOPY_SIMILARITY else "unlike any shown"
+    return {"value": value, "tool": offence.get("evidence", {}).get("tool"), "turn": offence.get("turn"),
+            "nearest_shown": shown, "similarity": similarity, "reading": reading}
+
+
+def offence_row(episode: Any, rewards: Any) -> dict[str, Any] | None:
+    """One played `Episode` with its offences spelt out (`episode_row`, each offence's evidence, each invented
+    id read against what was shown); None when it committed none."""
+    offences = rewards.breakdown.get("penalty", {}).get("offences", [])
+    if not offences:
+        return None
+    return {**episode_row(episode, rewards), "r_task": rewards.r_task, "reward": round(rewards.reward, 4),
+            "evidence": [{"code": o.get("code"), "turn": o.get("turn"), **o.get("evidence", {})} for o in offences],
+            "invented_ids": [invented_id_reading(episode, o) for o in offences if o.get("code") == "invented_id"]}
+
+
+def probe_offence_summary(rows: list[dict[str, Any] | None], episodes: int) -> dict[str, Any]:
+    """Episodes with an offence out of `episodes` played, per class (an episode counts once per class), every
+    invented id, and the rows themselves (`offence_row`; None for a clean episode)."""
+    kept = [r for r in rows if r is not None]
+    by_code = Counter(code for r in kept for code in set(r["offences"]))
+    return {"episodes": episodes, "offending_episodes": len(kept), "by_code": dict(by_code.most_common()),
+            "invented_ids": [i for r in kept for i in r["invented_ids"]], "rows": kept}
+
+
+def diagnose_probe(run_dir: Path) -> dict[str, Any]:
+    """Replay the exported trained model on the probe's cases (step 20) and keep every episode with an offence:
+    its row, each offence with its evidence, and each invented id next to the shown string most like it. Writes
+    and returns `diagnose_probe.json`. Refuses when the replay's offences differ from `probe.json`'s (the export
+    is not the model step 20 probed)."""
+    from cells.evaluation.runner import play_greedy
+    from cells.step_08_rewards import rewards_of
+    from cells.step_20_probe import probe_cases
+
+    run_dir = Path(run_dir)
+    profile, model, tokenizer = load_trained(run_dir, "probe.json")
+    probe = json.loads((run_dir / "probe.json").read_text(encoding="utf-8"))
+    trained = probe.get("policies", {}).get("trained")
+    if trained is None:
+        raise DiagnoseError(f"{run_dir / 'probe.json'} has no trained-model row: step 20 ran without a model")
+    n = int(probe["n_episodes"])
+    played = play_greedy(model, tokenizer, probe_cases(n), profile).episodes
+    summary = probe_offence_summary([offence_row(ep, rewards_of(ep)) for ep in played], n)
+    recorded = {code: round(share * n) for code, share in trained.get("offence_episode_share", {}).items()}
+    if summary["by_code"] != recorded:
+        raise DiagnoseError(f"the replay's offending episodes per class {dict(sorted(summary['by_code'].items()))} "
+                            f"differ from probe.json's {dict(sorted(recorded.items()))}: the export is not the model "
+                            "step 20 probed; rerun steps 20 and 24")
+    (run_dir / "diagnose_probe.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
+                                                 encoding="utf-8")
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", default="runs/cpu-learn")
-    parser.add_argument("--failures", action="store_true",
-                        help="replay the trained model's failed held-out episodes instead (diagnose_failures.json)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--failures", action="store_true",
+                       help="replay the trained model's failed held-out episodes instead (diagnose_failures.json)")
+    which.add_argument("--probe", action="store_true",
+                       help="replay the trained model's probe episodes with an offence instead (diagnose_probe.json)")
     args = parser.parse_args(argv)
-    if args.failures:
+    if args.probe:
+        summary = diagnose_probe(Path(args.run_dir))
+        print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1, ensure_ascii=False))
+    elif args.failures:
         summary = diagnose_failures(Path(args.run_dir))
         print(json.dumps({k: v for k, v in summary.items() if k != "episodes"}, indent=1, ensure_ascii=False))
     else:

@@ -252,6 +252,20 @@ def failures_line(failures: dict[str, Any]) -> str:
             f"by template {counts('by_template')}; why {counts('by_failure')}; ended by {counts('by_end')}.")
 
 
+def probe_offences_line(probe: dict[str, Any]) -> str:
+    """One sentence from `diagnose_probe.json` (`python -m cells diagnose --probe`)."""
+    codes = ", ".join(f"{code} {n}" for code, n in probe.get("by_code", {}).items()) or "none"
+    def reading(i: dict[str, Any]) -> str:
+        if i.get("nearest_shown") is None:
+            return "nothing shown before it"
+        return f"{i['reading']}: closest shown `{i['nearest_shown']}`, similarity {i['similarity']:.2f}"
+
+    ids = "; ".join(f"`{i['value']}` ({reading(i)})" for i in probe.get("invented_ids", []))
+    return (f"The trained model's offences in the probe (`python -m cells diagnose --probe`: its "
+            f"{probe.get('episodes', 0)} probe episodes replayed greedily): {probe.get('offending_episodes', 0)} "
+            f"episodes with any; episodes per class: {codes}." + (f" Invented ids: {ids}." if ids else ""))
+
+
 def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Path | None = None) -> str:
     """The README results section (markers included) for the finished run in `run_dir`."""
     run_dir = Path(run_dir)
@@ -311,6 +325,9 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     failures = _load(run_dir, "diagnose_failures.json", required=False)
     if failures:
         parts += [failures_line(failures), ""]
+    probe_offences = _load(run_dir, "diagnose_probe.json", required=False)
+    if probe_offences:
+        parts += [probe_offences_line(probe_offences), ""]
     if reports.get("paired_grpo_vs_control"):
         control = (reports.get("control") or {}).get("control") or {}
         took = (f"; it took {control['seconds'] / 60:.1f} min here ({control['tokens']:,} tokens, "

@@ -220,6 +220,47 @@ def test_section_summarises_the_trained_models_failures_when_diagnosed(tmp_path)
     assert "its 3 failed held-out episodes replayed greedily" in text and "why nothing booked 3" in text
 
 
+def test_an_invented_id_is_read_against_the_string_shown_most_like_it():
+    from types import SimpleNamespace
+
+    from cells.diagnose import invented_id_reading, nearest_shown
+
+    shown = SimpleNamespace(turn=2, response={"flights": [{"flight_id": "IX-898"}, {"flight_id": "AI-4417"}]})
+    episode = SimpleNamespace(results=(shown,))
+    assert nearest_shown(episode, 3, "IX-8980") == ("IX-898", 0.923)
+    assert nearest_shown(episode, 2, "IX-8980") == (None, 0.0)  # a result counts only from the next turn
+    miscopy = {"code": "invented_id", "turn": 3, "evidence": {"tool": "airline.book", "value": "IX-8980"}}
+    assert invented_id_reading(episode, miscopy)["reading"] == "miscopy"
+    other = {"code": "invented_id", "turn": 3, "evidence": {"tool": "airline.book", "value": "SG-5521"}}
+    assert invented_id_reading(episode, other)["reading"] == "unlike any shown"
+
+
+def test_section_lists_the_trained_models_probe_offences_when_diagnosed(tmp_path):
+    from cells.agent.play import play_episode
+    from cells.diagnose import offence_row, probe_offence_summary
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_08_rewards import rewards_of
+    from cells.step_10_env import DriftCallEnv
+    from cells.step_11_agent import EXPLOIT_POLICIES, ExpertPolicy
+
+    rows = []
+    for policy in (EXPLOIT_POLICIES["invent"], ExpertPolicy):
+        for seed in eval_seeds(2, 1, "en"):
+            env = DriftCallEnv(1, {"en": 1.0})
+            play_episode(env, policy(), seed)
+            rows.append(offence_row(env.episode(), rewards_of(env.episode())))
+    assert rows[2:] == [None, None]  # the expert commits no offence
+    summary = probe_offence_summary(rows, 4)
+    assert summary["offending_episodes"] == 2 and summary["by_code"]["invented_id"] == 2
+    assert all(i["value"] and i["reading"] in ("miscopy", "unlike any shown") for i in summary["invented_ids"])
+    run, _, _ = _fake_run(tmp_path)
+    assert "offences in the probe" not in results.results_section(run)
+    (run / "diagnose_probe.json").write_text(json.dumps(summary))
+    text = results.results_section(run)
+    assert "its 4 probe episodes replayed greedily): 2 episodes with any; episodes per class: " in text
+    assert "invented_id 2" in text and f"`{summary['invented_ids'][0]['value']}` (nothing shown before it)" in text
+
+
 def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, capsys):
     from cells.__main__ import main
 
@@ -233,6 +274,8 @@ def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, cap
     assert "no full warm start" in capsys.readouterr().err
     assert main(["diagnose", "--failures", "--run-dir", str(run)]) == 2
     assert "is missing: run the pipeline through step 24 first" in capsys.readouterr().err
+    assert main(["diagnose", "--probe", "--run-dir", str(run)]) == 2
+    assert "export is missing: run the pipeline through step 24 first" in capsys.readouterr().err
 
 
 def test_a_pretrained_model_run_labels_its_baseline_and_reports_generation_speed(tmp_path):

@@ -124,3 +124,30 @@ def test_diagnose_failures_replays_the_export_on_the_cases_step_19_failed(tmp_pa
     save_records_jsonl(records, tmp_path / "records_final.jsonl")
     with pytest.raises(s24.ExportError, match="not a DriftCall export"):
         diagnose_failures(tmp_path)
+
+
+def test_diagnose_probe_replays_the_export_on_the_probe_cases(tmp_path, monkeypatch):
+    """`python -m cells diagnose --probe`: the exported model, replayed on step 20's cases, must commit the
+    offences `probe.json` recorded for it; a probe of another model, or of none, is refused."""
+    from cells.diagnose import DiagnoseError, diagnose_probe
+    from cells.step_20_probe import _play_model, known_offence_codes, probe_cases, summarise
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    ctx = s24.run(_trained_context(tmp_path))
+    (tmp_path / "profile.json").write_text(json.dumps({"name": "cpu-smoke"}))
+    trained = summarise("trained", _play_model(ctx.model, ctx.tokenizer, probe_cases(3), ctx.profile),
+                        known_offence_codes())
+    probe = {"n_episodes": 3, "policies": {"trained": trained}}
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    summary = diagnose_probe(tmp_path)
+    assert summary["episodes"] == 3
+    assert summary["by_code"] == {c: round(v * 3) for c, v in trained["offence_episode_share"].items()}
+    saved = json.loads((tmp_path / "diagnose_probe.json").read_text(encoding="utf-8"))
+    assert saved["offending_episodes"] == summary["offending_episodes"] == len(saved["rows"])
+    trained["offence_episode_share"] = {"invented_id": 1.0}
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    with pytest.raises(DiagnoseError, match="not the model step 20 probed"):
+        diagnose_probe(tmp_path)
+    (tmp_path / "probe.json").write_text(json.dumps({"n_episodes": 3, "policies": {}}))
+    with pytest.raises(DiagnoseError, match="no trained-model row"):
+        diagnose_probe(tmp_path)
