@@ -189,14 +189,23 @@ def invented_id_reading(episode: Any, offence: dict[str, Any]) -> dict[str, Any]
 
 
 def offence_row(episode: Any, rewards: Any) -> dict[str, Any] | None:
-    """One played `Episode` with its offences spelt out (`episode_row`, each offence's evidence, each invented
-    id read against what was shown); None when it committed none."""
+    """One played `Episode` with its offences spelt out (`episode_row`, each offence's evidence, each distinct
+    invented id read against what was shown before its first use); None when it committed none."""
     offences = rewards.breakdown.get("penalty", {}).get("offences", [])
     if not offences:
         return None
     return {**episode_row(episode, rewards), "r_task": rewards.r_task, "reward": round(rewards.reward, 4),
             "evidence": [{"code": o.get("code"), "turn": o.get("turn"), **o.get("evidence", {})} for o in offences],
-            "invented_ids": [invented_id_reading(episode, o) for o in offences if o.get("code") == "invented_id"]}
+            "invented_ids": [invented_id_reading(episode, o) for o in _first_per_value(offences, "invented_id")]}
+
+
+def _first_per_value(offences: list[dict[str, Any]], code: str) -> list[dict[str, Any]]:
+    """The offences of `code`, the first one for each distinct evidence value (a model repeats a miscopy)."""
+    first: dict[str, dict[str, Any]] = {}
+    for offence in offences:
+        if offence.get("code") == code:
+            first.setdefault(str(offence.get("evidence", {}).get("value")), offence)
+    return list(first.values())
 
 
 def probe_offence_summary(rows: list[dict[str, Any] | None], episodes: int) -> dict[str, Any]:
