@@ -79,7 +79,8 @@ MISCOPY_SIMILARITY = 0.8  # difflib ratio: `IX-8980` against `IX-898` is 0.92, `
 
 
 class DiagnoseError(DriftCallError, RuntimeError):
-    """The run directory lacks what a diagnosis replays (the export, the final evaluation's records)."""
+    """The run directory lacks what a diagnosis replays (the export, the final evaluation's records, the probe's
+    report), or a replay disagrees with what the run recorded."""
 
 
 def task_failure(task: dict[str, Any]) -> str:

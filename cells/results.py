@@ -255,6 +255,7 @@ def failures_line(failures: dict[str, Any]) -> str:
 def probe_offences_line(probe: dict[str, Any]) -> str:
     """One sentence from `diagnose_probe.json` (`python -m cells diagnose --probe`)."""
     codes = ", ".join(f"{code} {n}" for code, n in probe.get("by_code", {}).items()) or "none"
+
     def reading(i: dict[str, Any]) -> str:
         if i.get("nearest_shown") is None:
             return "nothing shown before it"
