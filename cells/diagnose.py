@@ -225,7 +225,7 @@ def diagnose_probe(run_dir: Path) -> dict[str, Any]:
     is not the model step 20 probed)."""
     from cells.evaluation.runner import play_greedy
     from cells.step_08_rewards import rewards_of
-    from cells.step_20_probe import probe_cases
+    from cells.step_20_probe import known_offence_codes, probe_cases, summarise
 
     run_dir = Path(run_dir)
     profile, model, tokenizer = load_trained(run_dir, "probe.json")
@@ -234,13 +234,14 @@ def diagnose_probe(run_dir: Path) -> dict[str, Any]:
     if trained is None:
         raise DiagnoseError(f"{run_dir / 'probe.json'} has no trained-model row: step 20 ran without a model")
     n = int(probe["n_episodes"])
-    played = play_greedy(model, tokenizer, probe_cases(n), profile).episodes
-    summary = probe_offence_summary([offence_row(ep, rewards_of(ep)) for ep in played], n)
-    recorded = {code: round(share * n) for code, share in trained.get("offence_episode_share", {}).items()}
-    if summary["by_code"] != recorded:
-        raise DiagnoseError(f"the replay's offending episodes per class {dict(sorted(summary['by_code'].items()))} "
-                            f"differ from probe.json's {dict(sorted(recorded.items()))}: the export is not the model "
-                            "step 20 probed; rerun steps 20 and 24")
+    played = [(ep, rewards_of(ep)) for ep in play_greedy(model, tokenizer, probe_cases(n), profile).episodes]
+    # step 20's own summary of the replay, so the check compares like with like
+    replayed = summarise("trained", played, known_offence_codes())["offence_episode_share"]
+    recorded = trained.get("offence_episode_share", {})
+    if replayed != recorded:
+        raise DiagnoseError(f"the replay's share of episodes per offence class {replayed} differs from probe.json's "
+                            f"{recorded}: the export is not the model step 20 probed; rerun steps 20 and 24")
+    summary = probe_offence_summary([offence_row(ep, rewards) for ep, rewards in played], n)
     (run_dir / "diagnose_probe.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
                                                  encoding="utf-8")
     return summary
