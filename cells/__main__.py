@@ -67,6 +67,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cells.bench import BENCHES
     from cells.step_02_profiles import PROFILES
 
     parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall pipeline")
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                             "warm start and checkpoints there, only if made with the same knobs)")
     p_run.set_defaults(func=_cmd_run)
     p_bench = sub.add_parser("bench", help="benchmarks: env speed, policy table (see cells/bench.py)")
-    p_bench.add_argument("what", choices=("env", "policies", "server", "train", "scale", "voice"))
+    p_bench.add_argument("what", choices=BENCHES)
     p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="--episodes N (env) / --seeds N (policies)")
     p_bench.set_defaults(func=_cmd_bench)
     p_results = sub.add_parser("results", help="write the README results section from a finished run (cells/results.py)")

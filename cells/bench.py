@@ -22,6 +22,8 @@ from typing import Any
 from cells.step_04_models import LANGUAGES
 
 STAGES = (1, 2, 3)
+# Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
+BENCHES = ("env", "policies", "server", "train", "scale", "voice", "copy")
 EXPERT_MIN_SUCCESS = 0.95
 NAIVE_MIN_DROP = 0.30
 NEVER_BOOKED_MAX = 0.1
@@ -211,7 +213,8 @@ def print_policies(rows: list[Row]) -> bool:
 def main(argv: list[str]) -> int:
     """`bench env [--episodes N]` | `bench policies [--seeds N]` | `bench server [...]` (cells/bench_server.py)
     | `bench train [--profile cpu-learn]` (cells/training/bench_train.py)
-    | `bench scale [--processes 2]` (cells/training/bench_scale.py) | `bench voice` (cells/bench_voice.py)."""
+    | `bench scale [--processes 2]` (cells/training/bench_scale.py) | `bench voice` (cells/bench_voice.py)
+    | `bench copy [--profile cpu-learn]` (cells/training/bench_copy.py)."""
     import argparse
 
     if argv[:1] == ["server"]:
@@ -226,6 +229,10 @@ def main(argv: list[str]) -> int:
         from cells.bench_voice import main as bench_voice_main
 
         return bench_voice_main(argv[1:])
+    if argv[:1] == ["copy"]:  # what copy pretraining teaches the tiny model to copy, per kind of string
+        from cells.training.bench_copy import main as bench_copy_main
+
+        return bench_copy_main(argv[1:])
     if argv[:1] == ["scale"]:  # GRPO s/step of 1 process against N, same global batch
         from cells.training.bench_scale import main as bench_scale_main
 

@@ -35,7 +35,8 @@ def _fake_run(tmp_path, *, with_probe_share: float = 0.0):
     (run / "timings.json").write_text(json.dumps({"step_15_train_stage1": 600.0, "step_16_train_stage2": 300.0}))
     warm_json = {"training": {"examples": 100, "tokens": 70000, "trained_tokens": 9000, "steps": 13,
                               "seconds": 6.0, "tokens_per_s": 11666.7},
-                 "copy_pretrain": {"steps": 1725, "seconds": 134.0, "final_loss": 0.38, "converged": True},
+                 "copy_pretrain": {"steps": 1725, "seconds": 134.0, "final_loss": 0.38, "converged": True,
+                                   "copy_accuracy": {"uniform": 0.99, "name_list": 0.815}},
                  "checkpoints": [{"step": 5, "seconds": 2.0, "valid_share": 0.5,
                                   "success_by_stage": {"1": {"success_rate": 0.25, "episodes": 5}}}]}
     (run / "training" / "warm_start" / "warm_start.json").write_text(json.dumps(warm_json))
@@ -61,6 +62,7 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
     assert "15.0 min in all" in text and "100 fresh expert conversations" in text
     assert "The SFT effect" in text and "The GRPO effect" in text
     assert "Copy pretraining before the warm start" in text and "1,725 steps" in text and "reached the stop" in text
+    assert "copied exactly: uniform 99.0%, name_list 81.5%" in text
     assert "Peak resident memory of the run: 1,234 MiB" in text  # the largest step's peak (1,234.5 rounds down)
     assert "Issue 10's targets" in text and "after warm start" in text
     profile = json.loads((run / "profile.json").read_text())

@@ -483,22 +483,71 @@ def test_held_out_checkpoints_play_at_even_steps_and_land_in_warm_start_json(tmp
 # ---------------------------------------------------------------- copy pretraining (cells.training.induction)
 
 
-def test_copy_examples_repeat_a_seeded_string_and_label_only_the_predictable_repeat():
+def test_copy_examples_repeat_a_seeded_source_and_label_only_the_predictable_repeat():
+    from cells.training.induction import (
+        COPY_KINDS,
+        SEQUENCE_TOKENS,
+        CopyPretrainError,
+        copy_dataset,
+        copy_example,
+    )
     from cells.training.induction import IGNORE_INDEX as COPY_IGNORE
-    from cells.training.induction import SEQUENCE_TOKENS, copy_dataset
 
-    first = [ex for ex, _ in zip(copy_dataset(10, 300, seed=7), range(20), strict=False)]
-    again = [ex for ex, _ in zip(copy_dataset(10, 300, seed=7), range(20), strict=False)]
-    other = next(iter(copy_dataset(10, 300, seed=8)))
+    first = [ex for ex, _ in zip(copy_dataset(10, 300, seed=7, kinds=COPY_KINDS), range(60), strict=False)]
+    again = [ex for ex, _ in zip(copy_dataset(10, 300, seed=7, kinds=COPY_KINDS), range(60), strict=False)]
+    other = next(iter(copy_dataset(10, 300, seed=8, kinds=COPY_KINDS)))
     assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, again, strict=True))
     assert not torch.equal(first[0]["input_ids"], other["input_ids"])
-    for ex in first:
-        ids, labels = ex["input_ids"], ex["labels"]
-        assert ids.shape == labels.shape == (SEQUENCE_TOKENS,)
-        assert int(ids.min()) >= 10 and int(ids.max()) < 300
-        n = int((labels != COPY_IGNORE).sum()) + 1  # the string's length: its first repeated token is unlabelled
-        assert torch.equal(ids[:n], ids[-n:])  # the string comes back at the end
-        assert torch.equal(labels[-(n - 1):], ids[-(n - 1):]) and bool((labels[:-(n - 1)] == COPY_IGNORE).all())
+    generator = torch.Generator().manual_seed(3)
+    for kind in COPY_KINDS:
+        for _ in range(30):
+            ex = copy_example(generator, 10, 300, kind)
+            ids, labels = ex["input_ids"], ex["labels"]
+            assert ids.shape == labels.shape == (SEQUENCE_TOKENS,)
+            assert int(ids.min()) >= 10 and int(ids.max()) < 300
+            first_label = int((labels != COPY_IGNORE).nonzero()[0])
+            n = SEQUENCE_TOKENS - first_label + 1  # the repeat: its first token is unlabelled
+            source, repeat = ids[:n], ids[-n:]
+            assert bool((labels[:-(n - 1)] == COPY_IGNORE).all())
+            if kind != "name_list":
+                assert torch.equal(source, repeat) and torch.equal(labels[-(n - 1):], repeat[1:])
+                continue
+            # a family's names: the same tokens, separators rewritten to one token; the first one is unlabelled
+            changed = (source != repeat).nonzero().flatten().tolist()
+            assert changed and len(set(repeat[changed].tolist())) == 1 and len(set(source[changed].tolist())) <= 2
+            unlabelled = [i for i in range(1, n) if labels[SEQUENCE_TOKENS - n + i] == COPY_IGNORE]
+            assert unlabelled == [changed[0]]
+    small = [copy_example(generator, 10, 4000, "small_alphabet")["input_ids"] for _ in range(20)]
+    uniform = [copy_example(generator, 10, 4000, "uniform")["input_ids"] for _ in range(20)]
+    distinct = lambda examples: sum(len(set(e.tolist())) for e in examples) / len(examples)  # noqa: E731
+    assert distinct(small) < 0.9 * distinct(uniform)  # few-token strings whose tokens recur in the filler
+    with pytest.raises(CopyPretrainError, match="unknown copy kind"):
+        copy_example(generator, 10, 300, "hex")
+
+
+class _Oracle(torch.nn.Module):
+    """A stand-in for a model in the copy measurement: its logits at t put all weight on input_ids[t + 1]
+    (`shift` > 1: on a wrong token), so the measurement's answer is known."""
+
+    def __init__(self, vocab: int, shift: int = 1) -> None:
+        super().__init__()
+        self.vocab, self.shift = vocab, shift
+
+    def forward(self, input_ids):
+        nxt = torch.roll(input_ids, -self.shift, dims=1)
+        return SimpleNamespace(logits=torch.nn.functional.one_hot(nxt, self.vocab).float())
+
+
+def test_copy_accuracy_is_the_share_of_examples_copied_exactly_per_kind():
+    from cells.training.induction import COPY_KINDS, copy_accuracy
+
+    tok = tiny_tokenizer()
+    perfect = copy_accuracy(_Oracle(len(tok)), tok, examples=20, batch_size=7)
+    assert perfect == {kind: 1.0 for kind in COPY_KINDS}
+    assert copy_accuracy(_Oracle(len(tok), shift=2), tok, examples=20) == {kind: 0.0 for kind in COPY_KINDS}
+    untrained = tiny_model(tok, lora=False)
+    assert untrained.training and max(copy_accuracy(untrained, tok, examples=20).values()) == 0.0
+    assert untrained.training  # the measurement leaves the model's mode as it found it
 
 
 def test_copy_pretraining_trains_every_weight_and_stops_at_the_stop_loss(tmp_path):
@@ -514,8 +563,11 @@ def test_copy_pretraining_trains_every_weight_and_stops_at_the_stop_loss(tmp_pat
     stopped = copy_pretrain(model, tok, tmp_path / "b", max_steps=500, stop_loss=1e3, progress=False)
     assert stopped.converged and stopped.steps == LOGGING_STEPS  # the first logged loss is below 1000: stop there
     assert stopped.to_dict()["steps"] == LOGGING_STEPS and "copies" in stopped.line()
+    assert set(stopped.to_dict()["copy_accuracy"]) == {"uniform", "small_alphabet", "name_list"}
     with pytest.raises(CopyPretrainError, match="copy_pretrain_max_steps=0"):
         copy_pretrain(model, tok, tmp_path / "c", max_steps=0)
+    with pytest.raises(CopyPretrainError, match="non-empty subset"):
+        copy_pretrain(model, tok, tmp_path / "d", max_steps=5, kinds=("uniform", "hex"))
 
 
 def test_full_warm_start_copy_pretrains_first_and_records_it(tmp_path, monkeypatch, capsys):
@@ -587,3 +639,22 @@ def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatc
     ctx.env_factory = None  # step 15 run alone: the same factories, built from the profile
     step_15.build_stage_trainer(ctx, 3, tmp_path / "stage3", [])
     assert built["env_factory"]().max_turns == 11
+
+
+def test_bench_copy_measures_step_15s_copy_pretraining_then_the_mix(capsys):
+    from cells.__main__ import main as cli
+    from cells.training.bench_copy import bench_copy
+    from cells.training.induction import COPY_KINDS, CopyPretrainError
+
+    rows = bench_copy("cpu-smoke", mixed_steps=7, chunk=5, progress=False)  # cpu-smoke copy-pretrains 25 steps
+    assert [r["steps"] for r in rows] == [25, 30, 32] and rows[0]["phase"].startswith("as step 15")
+    assert all(set(COPY_KINDS) <= set(r) and all(0.0 <= r[k] <= 1.0 for k in COPY_KINDS) for r in rows)
+    assert "copied exactly: uniform" in capsys.readouterr().out
+    mixed = bench_copy("cpu-smoke", mixed_steps=0, chunk=1, progress=False, from_scratch=True)
+    assert len(mixed) == 1 and mixed[0]["phase"] == "every kind mixed from the start" and mixed[0]["steps"] == 25
+    with pytest.raises(CopyPretrainError, match="no copy pretraining"):
+        bench_copy("colab-t4", mixed_steps=0, chunk=1)
+    with pytest.raises(CopyPretrainError, match="--chunk"):
+        bench_copy("cpu-smoke", mixed_steps=5, chunk=0)
+    assert cli(["bench", "copy", "--profile", "cpu-smoke", "--mixed-steps", "0"]) == 0
+    assert "held-out strings a kind" in capsys.readouterr().out
