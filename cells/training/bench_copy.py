@@ -5,7 +5,7 @@ copy pretraining exactly as step 15 does (`copy_pretrain` with the profile's cap
 `TRAIN_KINDS`), and prints `copy_accuracy` per kind of `COPY_KINDS`. Then it goes on with every kind mixed,
 `--mixed-steps` more steps in chunks, printing the accuracy after each: whether a longer copy phase would teach
 the repeat-heavy strings the agent actually copies (ids one token a character, family name lists).
-`--from-scratch` trains every kind mixed from the start instead (~8 min for cpu-learn: it does not reach the
+`--from-scratch` trains every kind mixed from the start instead (~6 min for cpu-learn: it does not reach the
 stop loss and runs to the cap).
 ~4 min for cpu-learn to the stop loss, then ~30 s per 250 mixed steps, on 2 CPU cores.
 """

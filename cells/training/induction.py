@@ -64,7 +64,7 @@ COPY_KINDS = ("uniform", "small_alphabet", "name_list")
 # Measured on the cpu-learn model (`copy_accuracy`, 200 held-out strings a kind; `python -m cells bench copy`):
 # uniform training to the stop loss (1,725 steps, as in the run) copies uniform 60.5%, small_alphabet 9.5%,
 # name_list 2.0% exactly; 1,000 more steps on the three kinds mixed: 76.0%, 14.5%, 2.5%. Mixed from the start
-# (`--from-scratch`, one thread) it did not reach the stop loss in 4,000 steps (loss 1.83, 7.9 min): 76%, 16%, 2%.
+# (`--from-scratch`) it did not reach the stop loss in 4,000 steps (loss 1.83, 5.6 min): 76.0%, 16.0%, 1.5%.
 # This 644k-parameter model learns repeat-proof copying far too slowly for the run's budget, so the other kinds
 # are measured after every copy pretraining, not trained (README, cpu-learn).
 TRAIN_KINDS = ("uniform",)
