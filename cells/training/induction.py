@@ -59,15 +59,6 @@ class CopyPretrainResult:
                 f"the model {state}" + (f"; held-out strings copied exactly: {exact}" if exact else ""))
 
 
-COPY_KINDS = ("uniform", "small_alphabet", "name_list")
-# What copy pretraining trains on: uniform strings only, though the agent's ids are not like them (`copy_example`).
-# Measured on the cpu-learn model (`copy_accuracy`, 200 held-out strings a kind; `python -m cells bench copy`):
-# uniform training to the stop loss (1,725 steps, as in the run) copies uniform 60.5%, small_alphabet 9.5%,
-# name_list 2.0% exactly; 1,000 more steps on the three kinds mixed: 76.0%, 14.5%, 2.5%. Mixed from the start
-# (`--from-scratch`) it did not reach the stop loss in 4,000 steps (loss 1.83, 5.6 min): 76.0%, 16.0%, 1.5%.
-# This 644k-parameter model learns repeat-proof copying far too slowly for the run's budget, so the other kinds
-# are measured after every copy pretraining, not trained (README, cpu-learn).
-TRAIN_KINDS = ("uniform",)
 SMALL_ALPHABET = (4, 16)  # distinct tokens in a `small_alphabet` string, inclusive: digits and hex run over 10-16
 SMALL_LENGTH = (4, 12)  # its tokens: an id such as IX-898 or a token suffix such as 4bbf is 4-10
 ALPHABET_IN_FILLER = 0.2  # share of filler drawn from the string's alphabet: digits also fill prices and dates
@@ -125,6 +116,15 @@ def _name_list(generator: Any, low: int, high: int) -> tuple[Any, Any, Any]:
 
 
 _MAKERS = {"uniform": _uniform_string, "small_alphabet": _small_alphabet_string, "name_list": _name_list}
+COPY_KINDS = tuple(_MAKERS)  # ("uniform", "small_alphabet", "name_list")
+# What copy pretraining trains on: uniform strings only, though the agent's ids are not like them (`copy_example`).
+# Measured on the cpu-learn model (`copy_accuracy`, 200 held-out strings a kind; `python -m cells bench copy`):
+# uniform training to the stop loss (1,725 steps, as in the run) copies uniform 60.5%, small_alphabet 9.5%,
+# name_list 2.0% exactly; 1,000 more steps on the three kinds mixed: 76.0%, 14.5%, 2.5%. Mixed from the start
+# (`--from-scratch`) it did not reach the stop loss in 4,000 steps (loss 1.83, 5.6 min): 76.0%, 16.0%, 1.5%.
+# This 644k-parameter model learns repeat-proof copying far too slowly for the run's budget, so the other kinds
+# are measured after every copy pretraining, not trained (README, cpu-learn).
+TRAIN_KINDS = ("uniform",)
 
 
 def copy_example(generator: Any, low: int, high: int, kind: str = "uniform") -> dict[str, Any]:
@@ -135,7 +135,7 @@ def copy_example(generator: Any, low: int, high: int, kind: str = "uniform") -> 
     Why more than uniform strings: every id the agent copies tokenizes to one token a character (`IX-898` is
     I X - 8 9 8), and a family's passengers share a surname. A copy head that looks up "the token after the last
     occurrence of this token" is ambiguous there, and uniform strings (repeats rare) never show it: the cpu-learn
-    warm start wrote `IX-8988888...`, dropped the doubled `b` of `..._4bbf` and repeated `"Rohan Gupta"` until
+    model wrote `IX-8988888...`, dropped the doubled `b` of `..._4bbf` and repeated `"Rohan Gupta"` until
     the turn cap (8 of its 12 held-out failures; `python -m cells diagnose --failures`, README)."""
     import torch
 
