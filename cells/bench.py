@@ -22,8 +22,16 @@ from typing import Any
 from cells.step_04_models import LANGUAGES
 
 STAGES = (1, 2, 3)
+# The benches that live in their own module (its `main(argv)` runs them), imported only when asked for.
+_MODULE_BENCHES = {
+    "server": "cells.bench_server",  # steps/s and latency against OpenEnv's own floor
+    "train": "cells.training.bench_train",  # SFT tokens/s, GRPO s/step, rollout tokens/s, plain-TRL floor
+    "voice": "cells.bench_voice",  # the voice boundary's round trip: CER and slot survival per language
+    "copy": "cells.training.bench_copy",  # what copy pretraining teaches the tiny model to copy, per kind of string
+    "scale": "cells.training.bench_scale",  # GRPO s/step of 1 process against N, same global batch
+}
 # Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
-BENCHES = ("env", "policies", "server", "train", "scale", "voice", "copy")
+BENCHES = ("env", "policies", *_MODULE_BENCHES)
 EXPERT_MIN_SUCCESS = 0.95
 NAIVE_MIN_DROP = 0.30
 NEVER_BOOKED_MAX = 0.1
@@ -216,27 +224,10 @@ def main(argv: list[str]) -> int:
     | `bench scale [--processes 2]` (cells/training/bench_scale.py) | `bench voice` (cells/bench_voice.py)
     | `bench copy [--profile cpu-learn]` (cells/training/bench_copy.py)."""
     import argparse
+    import importlib
 
-    if argv[:1] == ["server"]:
-        from cells.bench_server import main as bench_server_main
-
-        return bench_server_main(argv[1:])
-    if argv[:1] == ["train"]:  # SFT tokens/s, GRPO s/step, rollout tokens/s, plain-TRL floor
-        from cells.training.bench_train import main as bench_train_main
-
-        return bench_train_main(argv[1:])
-    if argv[:1] == ["voice"]:  # the voice boundary's round trip: CER and slot survival per language
-        from cells.bench_voice import main as bench_voice_main
-
-        return bench_voice_main(argv[1:])
-    if argv[:1] == ["copy"]:  # what copy pretraining teaches the tiny model to copy, per kind of string
-        from cells.training.bench_copy import main as bench_copy_main
-
-        return bench_copy_main(argv[1:])
-    if argv[:1] == ["scale"]:  # GRPO s/step of 1 process against N, same global batch
-        from cells.training.bench_scale import main as bench_scale_main
-
-        return bench_scale_main(argv[1:])
+    if argv[:1] and argv[0] in _MODULE_BENCHES:
+        return importlib.import_module(_MODULE_BENCHES[argv[0]]).main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m cells bench")
     parser.add_argument("what", choices=("env", "policies"))

@@ -23,6 +23,7 @@ from typing import Any
 from cells.errors import DriftCallError
 from cells.evaluation.markdown import table
 from cells.evaluation.report import load_report_json
+from cells.training.induction import copied_exactly_text
 
 
 def markers(profile: str) -> tuple[str, str]:
@@ -186,13 +187,6 @@ def _pairedtable(paired: Mapping[str, Any] | None) -> str:
     return table(["episodes", "pairs", "Δ success [95% CI]", "Δ mean reward [95% CI]"], rows)
 
 
-def _copied_exactly(accuracy: dict[str, float] | None) -> str:
-    """"; held-out strings copied exactly: uniform 71.0%, ..." from `copy_accuracy`, or "" (runs before it existed)."""
-    if not accuracy:
-        return ""
-    return "; held-out strings copied exactly: " + ", ".join(f"{kind} {_pct(v)}" for kind, v in accuracy.items())
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
@@ -300,7 +294,7 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
         reached = "reached" if copied["converged"] else "did NOT reach"
         parts += [f"Copy pretraining before the warm start (`cells.training.induction`): {copied['steps']:,} steps in "
                   f"{_duration(copied['seconds'])}, final loss {copied['final_loss']:.3f} ({reached} the stop loss "
-                  f"{profile.get('copy_pretrain_stop_loss')})" + _copied_exactly(copied.get("copy_accuracy")) + ".", ""]
+                  f"{profile.get('copy_pretrain_stop_loss')})" + copied_exactly_text(copied.get("copy_accuracy")) + ".", ""]
     final = warm.get("eval")
     if final:
         by_stage = ", ".join(f"stage {st} {_pct(v['success_rate'])}" for st, v in (final.get("success_by_stage") or {}).items())

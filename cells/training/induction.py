@@ -54,9 +54,16 @@ class CopyPretrainResult:
 
     def line(self) -> str:
         state = "copies" if self.converged else "did NOT reach the stop loss"
-        exact = ", ".join(f"{k} {v:.0%}" for k, v in self.copy_accuracy.items())
         return (f"[copy pretraining] {self.steps} steps in {self.seconds:.0f}s, loss {self.final_loss:.3f}: "
-                f"the model {state}" + (f"; held-out strings copied exactly: {exact}" if exact else ""))
+                f"the model {state}" + copied_exactly_text(self.copy_accuracy))
+
+
+def copied_exactly_text(accuracy: dict[str, float] | None) -> str:
+    """"; held-out strings copied exactly: uniform 60.5%, ..." from a `copy_accuracy` dict (also as read back
+    from `warm_start.json`), or "" when there is none (runs from before it was measured)."""
+    if not accuracy:
+        return ""
+    return "; held-out strings copied exactly: " + ", ".join(f"{kind} {100 * v:.1f}%" for kind, v in accuracy.items())
 
 
 SMALL_ALPHABET = (4, 16)  # distinct tokens in a `small_alphabet` string, inclusive: digits and hex run over 10-16
@@ -146,9 +153,9 @@ def copy_example(generator: Any, low: int, high: int, kind: str = "uniform") -> 
     labels = torch.full_like(input_ids, IGNORE_INDEX)
     n = len(repeat)
     labels[-(n - 1):] = input_ids[-(n - 1):]
-    if kind == "name_list":
-        separators = (repeat != source).nonzero()
-        labels[len(input_ids) - n + int(separators[0])] = IGNORE_INDEX
+    rewritten = (repeat != source).nonzero()  # a name list's separators; the first is not predictable
+    if len(rewritten):
+        labels[len(input_ids) - n + int(rewritten[0])] = IGNORE_INDEX
     return {"input_ids": input_ids, "labels": labels}
 
 
