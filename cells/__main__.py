@@ -57,12 +57,20 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     return diagnose_main(["--run-dir", args.run_dir] + [f"--{k}" for k in ("failures", "probe") if getattr(args, k)])
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from cells.server.app import serve
     from cells.server.middleware import Limits
 
     limits = Limits(max_sessions=args.max_sessions, session_ttl_s=args.session_ttl)
-    serve(args.host, args.port, args.stage, limits=limits, insecure_local=args.insecure_local)
+    serve(args.host, args.port, args.stage, limits=limits, insecure_local=args.insecure_local,
+          env_workers=args.env_workers)
     return 0
 
 
@@ -110,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions (429 above)")
     p_serve.add_argument("--session-ttl", type=float, default=300.0, help="idle seconds before a session expires")
     p_serve.add_argument("--insecure-local", action="store_true", help="no agent token; loopback hosts only")
+    p_serve.add_argument("--env-workers", type=_non_negative, default=0,
+                         help="run the sessions' envs in N worker processes (0: on the event loop; see README)")
     p_serve.set_defaults(func=_cmd_serve)
     args = parser.parse_args(argv)
     from cells.errors import DriftCallError

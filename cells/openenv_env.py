@@ -175,14 +175,19 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
                                    done=live.done, judge=judge)
 
     def get_metadata(self) -> EnvironmentMetadata:
-        return EnvironmentMetadata(
-            name="DriftCall", version="0.1.0",
-            description=f"Multilingual phone concierge whose vendor APIs drift mid-episode (stage {self.core.stage}). "
-                        "Act with raw model output in `text`, or structured fields.",
-        )
+        return env_metadata(self.core.stage)
 
     def close(self) -> None:
         self.core.close()
+
+
+def env_metadata(stage: int) -> EnvironmentMetadata:
+    """What `/metadata` answers."""
+    return EnvironmentMetadata(
+        name="DriftCall", version="0.1.0",
+        description=f"Multilingual phone concierge whose vendor APIs drift mid-episode (stage {stage}). "
+                    "Act with raw model output in `text`, or structured fields.",
+    )
 
 
 def judge_view(core: DriftCallEnv) -> dict[str, Any]:

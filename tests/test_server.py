@@ -36,12 +36,20 @@ ROOT = Path(__file__).resolve().parents[1]
 @contextmanager
 def served(stage: int = 2, token: str | None = TOKEN, **limits: Any) -> Iterator[str]:
     """The real app (`build_app`) under uvicorn on a free loopback port, in a thread; yields the base URL."""
+    with served_app(stage, token, **limits) as (base, _):
+        yield base
+
+
+@contextmanager
+def served_app(stage: int = 2, token: str | None = TOKEN, env_workers: int = 0, **limits: Any
+               ) -> Iterator[tuple[str, Any]]:
+    """`served`, yielding the app too; `env_workers` as `python -m cells serve --env-workers`."""
     import uvicorn
 
-    from cells.server.app import build_app, uvicorn_options
+    from cells.server.app import build_app, close_app, uvicorn_options
 
     lim = Limits(**limits)
-    app = build_app(stage, token=token, judge_token=JUDGE, limits=lim)
+    app = build_app(stage, token=token, judge_token=JUDGE, limits=lim, env_workers=env_workers)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            **uvicorn_options(lim)))
@@ -52,10 +60,11 @@ def served(stage: int = 2, token: str | None = TOKEN, **limits: Any) -> Iterator
         assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", app
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        close_app(app)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,9 @@ connection, messages handled one at a time, so steps within a session are serial
 env on its own single worker thread), the schemas. What we add: `Guard` (middleware.py), error handlers
 that answer every failure with the JSON envelope (never a stack trace), typed 4xx for environment
 usage errors (OpenEnv would answer 500), and `ServedEnv`, which turns an unexpected exception in
-reset/step into an opaque reference for the client after logging the traceback here.
+reset/step into an opaque reference for the client after logging the traceback here. With
+`env_workers` > 0 the sessions' `ServedEnv`s run in worker processes and the server holds a
+`WorkerEnv` handle per session (workers.py).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def check_tokens(host: str, token: str | None, judge_token: str | None, insecure
         raise ServerConfigError(f"{JUDGE_TOKEN_ENV} must differ from {TOKEN_ENV}: the judge view shows the schedule")
 
 
-def _served_env_cls() -> type:
+def served_env_cls() -> type:
     from cells.openenv_env import DriftCallOpenEnv
     from cells.step_10_env import EnvError
 
@@ -92,9 +94,72 @@ def _served_env_cls() -> type:
     return ServedEnv
 
 
+def worker_env_cls() -> type:
+    """`WorkerEnv`: the OpenEnv `Environment` the server holds per session when envs run in worker
+    processes; a handle on a `ServedEnv` there (cells/server/workers.py)."""
+    from openenv.core.env_server import Environment
+
+    from cells.openenv_env import JUDGE_VIEW, DriftCallObservationModel, DriftCallStateModel, env_metadata
+    from cells.server.workers import SAME_TOOLS, EnvWorkerPool
+
+    class WorkerEnv(Environment):
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self, pool: EnvWorkerPool) -> None:
+            super().__init__()
+            self.pool = pool
+            self.worker, self.key = pool.open_session()
+            self.tools: list[dict[str, Any]] = []
+            self.live: tuple[str | None, int, bool] = (None, 0, False)  # episode id, turns used, done
+            self.judge: dict[str, Any] | None = None
+            self.closed = False
+
+        async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
+            return self._observe(await self._call("reset", {"seed": seed, "episode_id": episode_id, **kwargs}))
+
+        async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+            return self._observe(await self._call("step", dict(action.__dict__)))
+
+        async def _call(self, op: str, payload: dict[str, Any]) -> Any:
+            return await self.pool.call(self.worker, self.key, op, payload, JUDGE_VIEW.get())
+
+        def _observe(self, reply: Any) -> Any:
+            fields, episode_id, turns, done, self.judge = reply
+            if fields["available_tools"] == SAME_TOOLS:
+                fields["available_tools"] = self.tools
+            else:
+                self.tools = fields["available_tools"]
+            self.live = (episode_id, turns, done)
+            return DriftCallObservationModel.model_construct(**fields)
+
+        def reset(self, *args: Any, **kwargs: Any) -> Any:
+            raise TypeError("WorkerEnv runs through reset_async (OpenEnv awaits it)")
+
+        def step(self, *args: Any, **kwargs: Any) -> Any:
+            raise TypeError("WorkerEnv runs through step_async (OpenEnv awaits it)")
+
+        @property
+        def state(self) -> Any:
+            episode_id, turns, done = self.live
+            judge = self.judge if JUDGE_VIEW.get() and episode_id is not None else None
+            return DriftCallStateModel(episode_id=episode_id, step_count=turns, stage=self.pool.stage, done=done,
+                                       judge=judge)
+
+        def get_metadata(self) -> Any:
+            return env_metadata(self.pool.stage)
+
+        def close(self) -> None:
+            if not self.closed:
+                self.closed = True
+                self.pool.close_session(self.worker, self.key)
+
+    return WorkerEnv
+
+
 def build_app(stage: int = 1, *, token: str | None, judge_token: str | None = None,
-              limits: Limits | None = None) -> Guard:
-    """The ASGI app `serve` runs (tests run it under uvicorn too)."""
+              limits: Limits | None = None, env_workers: int = 0) -> Guard:
+    """The ASGI app `serve` runs (tests run it under uvicorn too). `env_workers` > 0 runs the sessions'
+    envs in that many worker processes (`cells/server/workers.py`); 0 runs them on the event loop."""
     from openenv.core.env_server import ConcurrencyConfig, create_app
 
     from cells.openenv_env import (
@@ -105,10 +170,18 @@ def build_app(stage: int = 1, *, token: str | None, judge_token: str | None = No
     )
 
     limits = limits or Limits()
-    served = _served_env_cls()
-    served(stage).reset(seed=0)  # warm the caches (drift catalogue, templates) before the first session
+    pool = None
+    if env_workers:
+        from cells.server.workers import EnvWorkerPool
+
+        pool = EnvWorkerPool(stage, env_workers)
+        factory = functools.partial(worker_env_cls(), pool)
+    else:
+        served = served_env_cls()
+        served(stage).reset(seed=0)  # warm the caches (drift catalogue, templates) before the first session
+        factory = functools.partial(served, stage)
     app = create_app(
-        functools.partial(served, stage), DriftCallActionModel, DriftCallObservationModel,
+        factory, DriftCallActionModel, DriftCallObservationModel,
         env_name="driftcall", state_cls=DriftCallStateModel, mode="simulation",
         # the Guard enforces the cap (429) and the idle TTL; OpenEnv's reaper would free the env of a
         # connected WebSocket while its loop still runs, so it stays off
@@ -119,7 +192,16 @@ def build_app(stage: int = 1, *, token: str | None, judge_token: str | None = No
     # routes (this env has neither) nor the docs pages (they load scripts from a CDN)
     app.router.routes = [r for r in app.router.routes if getattr(r, "path", None) in ROUTES]
     install_error_handlers(app)
-    return Guard(app, token=token, judge_token=judge_token, limits=limits, judge_flag=JUDGE_VIEW)
+    guard = Guard(app, token=token, judge_token=judge_token, limits=limits, judge_flag=JUDGE_VIEW)
+    guard.env_pool = pool  # whoever runs the app stops the workers: `close_app`
+    return guard
+
+
+def close_app(app: Any) -> None:
+    """Stop the env workers of an app `build_app` made (a no-op for the in-loop layout)."""
+    pool = getattr(app, "env_pool", None)
+    if pool is not None:
+        pool.close()
 
 
 def install_error_handlers(app: Any) -> None:
@@ -172,16 +254,19 @@ def _errors(errors: Any) -> list[dict[str, Any]]:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, stage: int = 1, *, limits: Limits | None = None,
-          insecure_local: bool = False, log_level: str = "info") -> None:
+          insecure_local: bool = False, log_level: str = "info", env_workers: int = 0) -> None:
     """Run the server with uvicorn until interrupted (tokens from the environment)."""
     import uvicorn
 
     token, judge_token = os.environ.get(TOKEN_ENV) or None, os.environ.get(JUDGE_TOKEN_ENV) or None
     check_tokens(host, token, judge_token, insecure_local)
     limits = limits or Limits()
-    app = build_app(stage, token=token, judge_token=judge_token, limits=limits)
+    app = build_app(stage, token=token, judge_token=judge_token, limits=limits, env_workers=env_workers)
     freeze_heap()
-    uvicorn.run(app, **uvicorn_options(limits), host=host, port=port, log_level=log_level)
+    try:
+        uvicorn.run(app, **uvicorn_options(limits), host=host, port=port, log_level=log_level)
+    finally:
+        close_app(app)
 
 
 def freeze_heap() -> None:

@@ -96,6 +96,8 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 class Guard:
     """Request ids, route allow-list, bearer auth, size limits and the WebSocket session cap/TTL."""
 
+    env_pool: Any = None  # set by `build_app` when envs run in worker processes; `close_app` stops them
+
     def __init__(self, app: ASGIApp, *, token: str | None, judge_token: str | None, limits: Limits,
                  judge_flag: contextvars.ContextVar[bool]) -> None:
         self.app = app

@@ -1,0 +1,316 @@
+"""Env worker processes: the sessions' envs run in `--env-workers N` processes; the event loop only serves.
+
+    app = build_app(stage=2, token=T, env_workers=1)   # sessions' envs live in one worker process
+
+Why: a DriftCall step is pure Python under the GIL, so on the event loop it caps the server at one core,
+where it also runs ~2x slower than in a tight loop (measured in the served process: ~410 CPU us per
+step against ~220 for the same episodes run back to back; batching 16 sessions' steps together on the
+loop won back only 7%). With the envs in worker processes the serving and the env steps of different
+sessions run in parallel: `python -m cells bench server` measures both layouts in one run (README).
+The price is a hop per call: one session stepping alone is slower this way.
+
+How: each `WorkerEnv` (one per session, made by OpenEnv's factory, in any thread) is a key on the
+least-loaded worker; the worker holds the real `ServedEnv` for that key, so what runs, what is
+validated and what a session sees are the in-loop server's, byte for byte. Calls travel as
+length-prefixed pickles over a socketpair between the server and the children it started (never a
+network socket): an asyncio protocol on the server side (calls made in one loop turn go out in one
+write, which never blocks the loop), blocking I/O in the worker, which answers each call as soon as it
+is done. Steps within a session stay serialised (OpenEnv's WebSocket loop awaits each reply before
+reading the next frame). What the server answers without a round trip: `state` for agents (episode id,
+turn, done from the last reply) and `get_metadata`; a judge session's replies carry the judge view.
+A worker that dies fails its sessions' pending and later calls with `EnvWorkerError` (the client gets
+an error frame and can start a new session), and a fresh worker takes its place for new sessions.
+
+Processes, not threads (they share the GIL) nor a `ProcessPoolExecutor` (it has no sticky per-session state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from cells.errors import DriftCallError
+
+log = logging.getLogger("driftcall.server")
+_LEN = struct.Struct("!I")
+SAME_TOOLS = "same"  # marker in a reply: the session's tool docs are those of its last reply
+_CLOSE = "close"
+MIN_LIFE_TO_REPLACE_S = 5.0  # a worker that dies sooner is crashing at start-up: replacing it would loop
+
+
+class EnvWorkerError(DriftCallError, RuntimeError):
+    """An env worker process exited or cannot be reached; the session it held is gone (reset on a new one)."""
+
+
+# ------------------------------------------------------------------------------------------ worker side
+def _frames(buffer: bytearray) -> list[Any]:
+    """Unpickle and remove every complete length-prefixed frame at the start of `buffer`."""
+    out, start = [], 0
+    while len(buffer) - start >= _LEN.size:
+        (size,) = _LEN.unpack_from(buffer, start)
+        if len(buffer) - start - _LEN.size < size:
+            break
+        out.append(pickle.loads(buffer[start + _LEN.size:start + _LEN.size + size]))
+        start += _LEN.size + size
+    del buffer[:start]
+    return out
+
+
+def _frame(message: Any) -> bytes:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LEN.pack(len(body)) + body
+
+
+def _worker_main(sock: socket.socket, stage: int) -> None:
+    """Worker process: answer calls `(call_id, key, op, payload, judge)` for the envs it holds until EOF.
+    Calls that arrived together are answered with one write (one wake-up of the server per batch)."""
+    from cells.server.app import freeze_heap, served_env_cls
+
+    served = served_env_cls()
+    served(stage).reset(seed=0)  # warm the caches before the first session, as the in-loop server does
+    freeze_heap()
+    sessions = _WorkerSessions(served, stage)
+    sock.sendall(_frame((0, True, "ready")))  # call ids start at 1: the server's reader skips this
+    buffer = bytearray()
+    while chunk := sock.recv(1 << 16):
+        buffer += chunk
+        for call in _frames(buffer):
+            if (reply := sessions.answer(*call)) is not None:
+                sock.sendall(_frame(reply))
+
+
+class _WorkerSessions:
+    """The envs one worker holds, by session key."""
+
+    def __init__(self, served: type, stage: int) -> None:
+        from cells.openenv_env import JUDGE_VIEW, DriftCallActionModel
+
+        self.served, self.stage, self.judge_flag, self.action_cls = served, stage, JUDGE_VIEW, DriftCallActionModel
+        self.envs: dict[int, Any] = {}
+        self.tools_sent: dict[int, Any] = {}
+
+    def answer(self, call_id: int, key: int, op: str, payload: Any, judge: bool) -> Any:
+        if op == _CLOSE:
+            env = self.envs.pop(key, None)
+            self.tools_sent.pop(key, None)
+            if env is not None:
+                env.close()
+            return None
+        env = self.envs.get(key)
+        if env is None:
+            env = self.envs[key] = self.served(self.stage)
+        try:
+            if op == "reset":
+                obs = env.reset(**payload)
+            else:  # "step": the action was validated by OpenEnv on the server side
+                obs = env.step(self.action_cls.model_construct(**payload))
+            fields = dict(obs.__dict__)
+            if fields["available_tools"] is self.tools_sent.get(key):
+                fields["available_tools"] = SAME_TOOLS
+            else:
+                self.tools_sent[key] = fields["available_tools"]
+            state = env.state  # the agents' view: a few fields
+            return call_id, True, (fields, state.episode_id, state.step_count, state.done,
+                                   self._judge_view(env) if judge else None)
+        except Exception as exc:  # ServedEnv already logged bugs here and turned them into opaque references
+            return call_id, False, _portable(exc)
+
+    def _judge_view(self, env: Any) -> Any:
+        flag = self.judge_flag.set(True)
+        try:
+            return env.state.judge
+        finally:
+            self.judge_flag.reset(flag)
+
+
+def _portable(exc: Exception) -> Exception:
+    """The exception itself when it survives pickling (EnvError and friends), else its type and text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+# ------------------------------------------------------------------------------------------ server side
+class _Worker:
+    """One worker process and the server's end of its socket (streams bound on first use, in the loop)."""
+
+    def __init__(self, index: int, stage: int) -> None:
+        self.index, self.sessions, self.alive, self.started = index, 0, True, time.monotonic()
+        ours, theirs = socket.socketpair()
+        # a fresh interpreter (not fork: the server may already run threads; not multiprocessing's spawn,
+        # which re-imports the launching script), handed its end of the socket; it exits on EOF, so it
+        # never outlives the server
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "cells.server.workers", str(theirs.fileno()), str(stage)],
+            pass_fds=(theirs.fileno(),), cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        theirs.close()
+        self.sock = ours
+        self.link: _Link | None = None
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Block until the worker says it is ready (before the serving loop owns the socket)."""
+        self.sock.settimeout(timeout_s)
+        buffer, ready = bytearray(), []
+        try:
+            while not ready and (chunk := self.sock.recv(1 << 16)):
+                buffer += chunk
+                ready = _frames(buffer)
+        except (TimeoutError, OSError) as exc:
+            raise EnvWorkerError(f"env worker {self.index} did not start within {timeout_s:g} s: {exc}") from exc
+        finally:
+            self.sock.settimeout(None)
+        if ready != [(0, True, "ready")]:
+            raise EnvWorkerError(f"env worker {self.index} exited during start-up (code {self.process.poll()}); "
+                                 "its traceback is in the server log")
+
+
+class _Link(asyncio.Protocol):
+    """The serving loop's end of one worker socket: calls queued in one loop turn go out in one write
+    (one wake-up of the worker), replies resolve their callers' futures as they arrive."""
+
+    def __init__(self, pool: EnvWorkerPool, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self.pool, self.worker, self.loop = pool, worker, loop
+        self.transport: asyncio.Transport | None = None
+        self.inbox, self.outbox = bytearray(), []
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def queue(self, frame: bytes) -> None:
+        if not self.outbox:
+            self.loop.call_soon(self.flush)
+        self.outbox.append(frame)
+
+    def flush(self) -> None:
+        if self.outbox and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self.outbox))
+        self.outbox.clear()
+
+    def data_received(self, data: bytes) -> None:
+        self.inbox += data
+        pending = self.worker.pending
+        for call_id, ok, payload in _frames(self.inbox):
+            future = pending.pop(call_id, None)
+            if future is None or future.done():  # the start-up hello, or a caller that went away
+                continue
+            if ok:
+                future.set_result(payload)
+            else:
+                future.set_exception(payload)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.pool._lost(self.worker)
+
+
+class EnvWorkerPool:
+    """N worker processes holding the sessions' envs; `WorkerEnv` is the per-session handle."""
+
+    def __init__(self, stage: int, workers: int, start_timeout_s: float = 120.0) -> None:
+        if workers < 1:
+            raise ValueError(f"env workers must be >= 1, got {workers}")
+        self.stage = stage
+        self.workers = [_Worker(i, stage) for i in range(workers)]
+        for worker in self.workers:  # serve only once every worker has imported and warmed up
+            worker.wait_ready(start_timeout_s)
+        self.closing = False
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # WorkerEnvs are made and closed in OpenEnv's executor threads
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bind_lock: asyncio.Lock | None = None
+
+    # sessions --------------------------------------------------------------------------------------
+    def open_session(self) -> tuple[_Worker, int]:
+        with self._lock:
+            worker = min((w for w in self.workers if w.alive), key=lambda w: w.sessions, default=None)
+            if worker is None:
+                raise EnvWorkerError("no env worker is running; restart the server")
+            worker.sessions += 1
+            return worker, next(self._ids)
+
+    def close_session(self, worker: _Worker, key: int) -> None:
+        with self._lock:
+            worker.sessions -= 1
+        if self._loop is None or not worker.alive:
+            return  # never called over the wire: the worker holds no env for it
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is shutting down
+            self._loop.call_soon_threadsafe(self._write, worker, (0, key, _CLOSE, None, False))
+
+    # calls -----------------------------------------------------------------------------------------
+    async def call(self, worker: _Worker, key: int, op: str, payload: dict[str, Any], judge: bool) -> Any:
+        if worker.link is None:
+            await self._bind(worker)
+        if not worker.alive:
+            raise EnvWorkerError(f"env worker {worker.index} exited; this session's episode is lost")
+        call_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        worker.pending[call_id] = future
+        self._write(worker, (call_id, key, op, payload, judge))
+        return await future
+
+    def _write(self, worker: _Worker, message: Any) -> None:
+        if worker.link is not None and worker.alive:
+            worker.link.queue(_frame(message))
+
+    async def _bind(self, worker: _Worker) -> None:
+        """Connect the worker's socket to the serving loop (the pool is built before the loop runs)."""
+        if self._bind_lock is None:
+            self._loop, self._bind_lock = asyncio.get_running_loop(), asyncio.Lock()
+        async with self._bind_lock:
+            if worker.link is None:
+                loop = asyncio.get_running_loop()
+                _, worker.link = await loop.create_connection(lambda: _Link(self, worker, loop), sock=worker.sock)
+
+    def _lost(self, worker: _Worker) -> None:
+        """The worker's socket closed: fail what it held and, unless the pool is closing or the worker died
+        young (a crash at start-up would only repeat), start a fresh one for new sessions."""
+        worker.alive = False
+        for future in worker.pending.values():
+            if not future.done():
+                future.set_exception(EnvWorkerError(f"env worker {worker.index} exited; this session's episode "
+                                                    "is lost (reset on a new session)"))
+        worker.pending.clear()
+        if self.closing:
+            return
+        lived_s = time.monotonic() - worker.started
+        log.error("env worker %d exited (code %s) after %.0f s; its %d session(s) are lost", worker.index,
+                  worker.process.poll(), lived_s, worker.sessions)
+        if lived_s < MIN_LIFE_TO_REPLACE_S:
+            log.error("env worker %d is not replaced: it died within %g s of starting", worker.index,
+                      MIN_LIFE_TO_REPLACE_S)
+            return
+        with self._lock:
+            self.workers[self.workers.index(worker)] = _Worker(worker.index, self.stage)
+
+    def close(self) -> None:
+        """Stop every worker (closing our end makes each one read EOF and exit)."""
+        self.closing = True
+        for worker in self.workers:
+            worker.alive = False
+            worker.sock.close()
+        for worker in self.workers:
+            try:
+                worker.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self.workers]
+
+
+if __name__ == "__main__":  # a worker: `python -m cells.server.workers FD STAGE` (started by `_Worker`)
+    _worker_main(socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]))

@@ -1,0 +1,38 @@
+"""`python -m cells bench server`, run small: every server layout starts, plays its episodes over real
+WebSockets without losing a session, and is reported against the floor; CPU counts child processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from cells import bench_server
+
+
+def test_cpu_seconds_include_child_processes() -> None:
+    before = bench_server._cpu_s(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.6: pass\nprint('spun', flush=True)\n"
+                              "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "spun\n"  # 0.6 s of CPU, still alive
+        assert bench_server._cpu_s(os.getpid()) - before >= 0.5
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> None:
+    results = bench_server.bench_server(stage=1, seconds=0.4, max_steps=400, concurrency=(1, 4), rounds=1,
+                                        think_ms=5.0, env_workers=1)
+    by = {(r.server, r.sessions, bool(r.think_s)): r for r in results}
+    assert {r.server for r in results} == set(bench_server.KINDS)
+    for kind in bench_server.KINDS:
+        for sessions in (1, 4):
+            r = by[(kind, sessions, False)]
+            assert r.steps > 0 and r.lost == 0 and r.cpu_s > 0, r
+        assert by[(kind, 4, True)].lost == 0
+    bench_server.print_results(results, env_us=100.0)
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "driftcall+workers" in out and "every target met by:" in out
