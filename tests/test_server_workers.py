@@ -104,6 +104,15 @@ def test_closing_the_app_stops_its_workers() -> None:
     assert all(p.poll() is not None for p in processes)
 
 
+def test_a_worker_that_cannot_start_stops_the_server_from_starting(capfd: Any) -> None:
+    from cells.server.app import build_app
+    from cells.server.workers import EnvWorkerError
+
+    with pytest.raises(EnvWorkerError, match="exited during start-up"):
+        build_app(9, token=ts.TOKEN, env_workers=1)  # no stage 9: the worker's env refuses it
+    assert "stage" in capfd.readouterr().err  # the worker's traceback reached the server's log
+
+
 def test_serve_refuses_a_negative_worker_count() -> None:
     result = subprocess.run([sys.executable, "-m", "cells", "serve", "--env-workers", "-1"], cwd=ts.ROOT,
                             capture_output=True, text=True, timeout=60)

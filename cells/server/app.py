@@ -15,6 +15,7 @@ reset/step into an opaque reference for the client after logging the traceback h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import logging
@@ -160,6 +161,20 @@ def build_app(stage: int = 1, *, token: str | None, judge_token: str | None = No
               limits: Limits | None = None, env_workers: int = 0) -> Guard:
     """The ASGI app `serve` runs (tests run it under uvicorn too). `env_workers` > 0 runs the sessions'
     envs in that many worker processes (`cells/server/workers.py`); 0 runs them on the event loop."""
+    pool = None
+    if env_workers:
+        from cells.server.workers import EnvWorkerPool
+
+        pool = EnvWorkerPool(stage, env_workers)  # they start up while this process imports OpenEnv
+    try:
+        return _build_app(stage, token, judge_token, limits or Limits(), pool)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
+
+
+def _build_app(stage: int, token: str | None, judge_token: str | None, limits: Limits, pool: Any) -> Guard:
     from openenv.core.env_server import ConcurrencyConfig, create_app
 
     from cells.openenv_env import (
@@ -169,12 +184,7 @@ def build_app(stage: int = 1, *, token: str | None, judge_token: str | None = No
         DriftCallStateModel,
     )
 
-    limits = limits or Limits()
-    pool = None
-    if env_workers:
-        from cells.server.workers import EnvWorkerPool
-
-        pool = EnvWorkerPool(stage, env_workers)
+    if pool is not None:
         factory = functools.partial(worker_env_cls(), pool)
     else:
         served = served_env_cls()
@@ -192,13 +202,31 @@ def build_app(stage: int = 1, *, token: str | None, judge_token: str | None = No
     # routes (this env has neither) nor the docs pages (they load scripts from a CDN)
     app.router.routes = [r for r in app.router.routes if getattr(r, "path", None) in ROUTES]
     install_error_handlers(app)
+    if pool is not None:
+        stop_with_the_app(app, pool)
+        pool.wait_ready()
     guard = Guard(app, token=token, judge_token=judge_token, limits=limits, judge_flag=JUDGE_VIEW)
-    guard.env_pool = pool  # whoever runs the app stops the workers: `close_app`
+    guard.env_pool = pool
     return guard
 
 
+def stop_with_the_app(app: Any, pool: Any) -> None:
+    """Close the env workers at the app's lifespan shutdown, while the serving loop still runs (so their
+    sockets closing is not taken for workers that died); `close_app` covers apps run without lifespan."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: Any) -> Any:
+        async with inner(application) as state:
+            yield state
+        pool.close()
+
+    app.router.lifespan_context = lifespan
+
+
 def close_app(app: Any) -> None:
-    """Stop the env workers of an app `build_app` made (a no-op for the in-loop layout)."""
+    """Stop the env workers of an app `build_app` made (a no-op for the in-loop layout, and once the app's
+    lifespan shutdown has run)."""
     pool = getattr(app, "env_pool", None)
     if pool is not None:
         pool.close()
