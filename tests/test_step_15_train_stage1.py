@@ -658,3 +658,22 @@ def test_bench_copy_measures_step_15s_copy_pretraining_then_the_mix(capsys):
         bench_copy("cpu-smoke", mixed_steps=5, chunk=0)
     assert cli(["bench", "copy", "--profile", "cpu-smoke", "--mixed-steps", "0"]) == 0
     assert "held-out strings a kind" in capsys.readouterr().out
+
+
+def test_bench_copy_measures_another_model_shape(capsys):
+    from cells.__main__ import main as cli
+    from cells.training.bench_copy import bench_copy
+    from cells.training.induction import CopyPretrainError
+
+    bench_copy("cpu-smoke", mixed_steps=0, chunk=1, progress=False, tiny={"num_hidden_layers": 3})
+    wider = bench_copy("cpu-smoke", mixed_steps=0, chunk=1, progress=False,
+                       tiny={"num_attention_heads": 4, "num_key_value_heads": 2})
+    out = capsys.readouterr().out
+    shapes = [line for line in out.splitlines() if line.startswith("model: ")]
+    assert "num_hidden_layers=3" in shapes[0] and "num_attention_heads=4" in shapes[1]
+    assert int(shapes[0].split()[1].replace(",", "")) > 0 and wider[0]["steps"] == 25
+    with pytest.raises(CopyPretrainError, match="no field heads"):
+        bench_copy("cpu-smoke", mixed_steps=0, chunk=1, tiny={"heads": 4})
+    with pytest.raises(SystemExit):
+        cli(["bench", "copy", "--profile", "cpu-smoke", "--tiny", "num_hidden_layers"])
+    assert "expected FIELD=INTEGER" in capsys.readouterr().err

@@ -6,22 +6,26 @@ copy pretraining exactly as step 15 does (`copy_pretrain` with the profile's cap
 `--mixed-steps` more steps in chunks, printing the accuracy after each: whether a longer copy phase would teach
 the repeat-heavy strings the agent actually copies (ids one token a character, family name lists).
 `--from-scratch` trains every kind mixed from the start instead (~6 min for cpu-learn: it does not reach the
-stop loss and runs to the cap).
+stop loss and runs to the cap). `--tiny FIELD=N` (repeatable) changes the model's shape, e.g.
+`--tiny num_attention_heads=4 --tiny num_key_value_heads=2 --tiny head_dim=24`: does another shape copy better?
 ~4 min for cpu-learn to the stop loss, then ~30 s per 250 mixed steps, on 2 CPU cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def bench_copy(profile_name: str, mixed_steps: int, chunk: int, progress: bool = True,
-               from_scratch: bool = False) -> list[dict[str, object]]:
+               from_scratch: bool = False, tiny: dict[str, int] | None = None) -> list[dict[str, object]]:
     """Rows of (phase, steps so far, seconds, loss, accuracy per kind); printed as they come. `from_scratch`:
-    train every kind mixed from the start instead of step 15's uniform strings (same cap, stop loss and seed)."""
+    train every kind mixed from the start instead of step 15's uniform strings (same cap, stop loss and seed).
+    `tiny`: fields of the profile's `TinyModelRecipe` to change (the model's shape)."""
     from cells.modeling.tiny import build_or_load_tiny
     from cells.step_02_profiles import get_profile
     from cells.training.induction import COPY_KINDS, TRAIN_KINDS, CopyPretrainError, copy_pretrain
@@ -32,9 +36,12 @@ def bench_copy(profile_name: str, mixed_steps: int, chunk: int, progress: bool =
                                 "(copy_pretrain_max_steps=0): nothing to measure")
     if mixed_steps < 0 or chunk <= 0:
         raise CopyPretrainError(f"--mixed-steps must be >= 0 and --chunk > 0 (got {mixed_steps}, {chunk})")
+    recipe = reshaped(profile.tiny, tiny or {})
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="driftcall-bench-copy-") as tmp:
-        model, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(tmp) / "tiny", profile.seed)
+        model, tokenizer, _ = build_or_load_tiny(recipe, Path(tmp) / "tiny", profile.seed)
+        params = sum(p.numel() for p in model.parameters())
+        print(f"model: {params:,} parameters; {recipe}", flush=True)
         result = copy_pretrain(model, tokenizer, Path(tmp) / "run", max_steps=profile.copy_pretrain_max_steps,
                                stop_loss=profile.copy_pretrain_stop_loss, seed=profile.seed, progress=progress,
                                kinds=COPY_KINDS if from_scratch else TRAIN_KINDS)
@@ -52,6 +59,26 @@ def bench_copy(profile_name: str, mixed_steps: int, chunk: int, progress: bool =
     return rows
 
 
+def reshaped(recipe: Any, changes: dict[str, int]) -> Any:
+    """`recipe` with `changes` applied; unknown fields or values below 1 raise `CopyPretrainError`."""
+    from cells.training.induction import CopyPretrainError
+
+    known = {f.name for f in dataclasses.fields(recipe)}
+    bad = sorted(set(changes) - known)
+    if bad:
+        raise CopyPretrainError(f"--tiny: no field {', '.join(bad)} in TinyModelRecipe (fields: {', '.join(sorted(known))})")
+    if any(v < 1 for v in changes.values()):
+        raise CopyPretrainError(f"--tiny values must be >= 1, got {changes}")
+    return dataclasses.replace(recipe, **changes)
+
+
+def _tiny_override(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not value.strip().lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"expected FIELD=INTEGER, got {text!r}")
+    return name.strip(), int(value)
+
+
 def _row(phase: str, steps: int, seconds: float, loss: float, accuracy: dict[str, float]) -> dict[str, object]:
     row = {"phase": phase, "steps": steps, "seconds": round(seconds, 1), "loss": round(loss, 3), **accuracy}
     kinds = "  ".join(f"{k} {v:6.1%}" for k, v in accuracy.items())
@@ -66,8 +93,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--chunk", type=int, default=250, help="measure after every this many mixed steps")
     parser.add_argument("--from-scratch", action="store_true",
                         help="the first phase trains every kind mixed instead of step 15's uniform strings")
+    parser.add_argument("--tiny", type=_tiny_override, action="append", default=[], metavar="FIELD=N",
+                        help="change one field of the profile's tiny model shape (repeatable)")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    bench_copy(args.profile, args.mixed_steps, args.chunk, from_scratch=args.from_scratch)
+    bench_copy(args.profile, args.mixed_steps, args.chunk, from_scratch=args.from_scratch, tiny=dict(args.tiny))
     print(f"\n{time.perf_counter() - t0:.0f}s in all; 200 held-out strings a kind (cells.training.induction.copy_accuracy)")
     return 0
