@@ -5,6 +5,7 @@ by the same checks, plus what only this layout has (the worker's lifecycle, a wo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -51,11 +52,12 @@ def test_sessions_live_in_the_worker_and_are_released_on_close(served: tuple[str
     base, app = served
     worker = app.env_pool.workers[0]
     assert worker.process.poll() is None and worker.process.pid != os.getpid()
+    wait_for(lambda: worker.sessions == 0)  # earlier tests' sessions are closed after their sockets close
     with ts.ws(base) as conn:
         ts.call(conn, "reset", {"seed": 5})
         assert worker.sessions == 1
         ts.call(conn, "step", {"text": '{"action":"speak","message":"hi"}'})
-    wait_for(lambda: worker.sessions == 0)  # OpenEnv closes the env after the socket closes
+    wait_for(lambda: worker.sessions == 0)
 
 
 def test_a_worker_that_dies_fails_its_sessions_and_is_replaced(served: tuple[str, Any], caplog: Any,
@@ -75,7 +77,10 @@ def test_a_worker_that_dies_fails_its_sessions_and_is_replaced(served: tuple[str
         assert frame["type"] == "error" and frame["data"]["code"] == "EXECUTION_ERROR"
         assert "env worker 0 exited" in frame["data"]["message"]
     assert any("env worker 0 exited" in r.getMessage() for r in caplog.records)
-    ts.assert_serving(base)  # a new session goes to the replacement worker
+    with ts.ws(base) as conn:  # a new session goes to the replacement, which may still be importing OpenEnv
+        conn.send(json.dumps({"type": "reset", "data": {"seed": 6}}))
+        assert json.loads(conn.recv(timeout=120))["type"] == "observation"
+    ts.assert_serving(base)
     assert pool.workers[0].process.poll() is None
 
 

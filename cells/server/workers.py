@@ -84,11 +84,12 @@ def _worker_main(sock: socket.socket, stage: int) -> None:
     sessions = _WorkerSessions(served, stage)
     sock.sendall(_frame((0, True, "ready")))  # call ids start at 1: the server's reader skips this
     buffer = bytearray()
-    while chunk := sock.recv(1 << 16):
-        buffer += chunk
-        for call in _frames(buffer):
-            if (reply := sessions.answer(*call)) is not None:
-                sock.sendall(_frame(reply))
+    with contextlib.suppress(ConnectionError):  # the server went away mid-reply: stop, as on EOF
+        while chunk := sock.recv(1 << 16):
+            buffer += chunk
+            for call in _frames(buffer):
+                if (reply := sessions.answer(*call)) is not None:
+                    sock.sendall(_frame(reply))
 
 
 class _WorkerSessions:
@@ -323,9 +324,6 @@ class EnvWorkerPool:
             except subprocess.TimeoutExpired:
                 worker.process.kill()
                 worker.process.wait()
-
-    def pids(self) -> list[int]:
-        return [w.process.pid for w in self.workers]
 
 
 if __name__ == "__main__":  # a worker: `python -m cells.server.workers FD STAGE` (started by `_Worker`)
