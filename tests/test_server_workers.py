@@ -19,6 +19,9 @@ import test_server as ts
 
 SAME_AS_IN_LOOP = [
     ts.test_expert_episode_over_openenv_client_equals_in_process_byte_for_byte,
+    ts.test_rollout_batch_plays_remote_envs_like_local_ones,
+    ts.test_remote_env_waits_for_a_free_session_when_the_server_is_full,
+    ts.test_remote_envs_release_their_session_once_the_episode_is_read,
     ts.test_raw_frames_play_a_full_episode_and_agents_never_see_the_judge_view,
     ts.test_agent_token_client_plays_but_cannot_read_the_episode,
     ts.test_truncate_over_the_wire_ends_the_episode_as_a_timeout,
