@@ -95,6 +95,14 @@ def served_env_cls() -> type:
     return ServedEnv
 
 
+def warmed_served_env_cls(stage: int) -> type:
+    """`ServedEnv` after one reset, which warms the caches (drift catalogue, templates), so the first session
+    does not pay for them; the in-loop server and each env worker start with it."""
+    served = served_env_cls()
+    served(stage).reset(seed=0)
+    return served
+
+
 def worker_env_cls() -> type:
     """`WorkerEnv`: the OpenEnv `Environment` the server holds per session when envs run in worker
     processes; a handle on a `ServedEnv` there (cells/server/workers.py)."""
@@ -187,9 +195,7 @@ def _build_app(stage: int, token: str | None, judge_token: str | None, limits: L
     if pool is not None:
         factory = functools.partial(worker_env_cls(), pool)
     else:
-        served = served_env_cls()
-        served(stage).reset(seed=0)  # warm the caches (drift catalogue, templates) before the first session
-        factory = functools.partial(served, stage)
+        factory = functools.partial(warmed_served_env_cls(stage), stage)
     app = create_app(
         factory, DriftCallActionModel, DriftCallObservationModel,
         env_name="driftcall", state_cls=DriftCallStateModel, mode="simulation",

@@ -46,6 +46,7 @@ log = logging.getLogger("driftcall.server")
 _LEN = struct.Struct("!I")
 SAME_TOOLS = "same"  # marker in a reply: the session's tool docs are those of its last reply
 _CLOSE = "close"
+_READY = (0, True, "ready")  # a worker's first frame; call ids start at 1, so the server's reader skips it
 MIN_LIFE_TO_REPLACE_S = 5.0  # a worker that dies sooner is crashing at start-up: replacing it would loop
 
 
@@ -76,13 +77,11 @@ def _worker_main(sock: socket.socket, stage: int) -> None:
     """Worker process: answer calls `(call_id, key, op, payload, judge)` for the envs it holds until EOF,
     each as soon as it is done (one write per batch of calls kept 64 sessions in lock-step: ~12% fewer
     steps/s in an A/B on this machine)."""
-    from cells.server.app import freeze_heap, served_env_cls
+    from cells.server.app import freeze_heap, warmed_served_env_cls
 
-    served = served_env_cls()
-    served(stage).reset(seed=0)  # warm the caches before the first session, as the in-loop server does
+    sessions = _WorkerSessions(warmed_served_env_cls(stage), stage)
     freeze_heap()
-    sessions = _WorkerSessions(served, stage)
-    sock.sendall(_frame((0, True, "ready")))  # call ids start at 1: the server's reader skips this
+    sock.sendall(_frame(_READY))
     buffer = bytearray()
     with contextlib.suppress(ConnectionError):  # the server went away mid-reply: stop, as on EOF
         while chunk := sock.recv(1 << 16):
@@ -122,16 +121,16 @@ class _WorkerSessions:
                 fields["available_tools"] = SAME_TOOLS
             else:
                 self.tools_sent[key] = fields["available_tools"]
-            state = env.state  # the agents' view: a few fields
-            return call_id, True, (fields, state.episode_id, state.step_count, state.done,
-                                   self._judge_view(env) if judge else None)
+            state = self._state(env, judge)
+            return call_id, True, (fields, state.episode_id, state.step_count, state.done, state.judge)
         except Exception as exc:  # ServedEnv already logged bugs here and turned them into opaque references
             return call_id, False, _portable(exc)
 
-    def _judge_view(self, env: Any) -> Any:
-        flag = self.judge_flag.set(True)
+    def _state(self, env: Any, judge: bool) -> Any:
+        """The session's state as its caller may see it: with the judge view only for a judge session."""
+        flag = self.judge_flag.set(judge)
         try:
-            return env.state.judge
+            return env.state
         finally:
             self.judge_flag.reset(flag)
 
@@ -178,7 +177,7 @@ class _Worker:
             raise EnvWorkerError(f"env worker {self.index} did not start within {timeout_s:g} s: {exc}") from exc
         finally:
             self.sock.settimeout(None)
-        if ready != [(0, True, "ready")]:
+        if ready != [_READY]:
             raise EnvWorkerError(f"env worker {self.index} exited during start-up (code {self.process.poll()}); "
                                  "its traceback is in the server log")
 
