@@ -50,8 +50,10 @@ class Result:
     p50_ms: float
     p99_ms: float
     lost: int
-    cpu_s: float  # the server process's CPU seconds over the run
+    cpu_s: float  # the server process's CPU seconds over the run, its env workers' included
     think_s: float = 0.0
+    worker_cpu_s: float = 0.0  # of which its child processes (env workers)
+    client_cpu_s: float = 0.0  # the client's (this process's) CPU seconds over the run
 
     @property
     def steps_per_s(self) -> float:
@@ -59,7 +61,10 @@ class Result:
 
     @property
     def cpu_us_per_step(self) -> float:
-        return self.cpu_s / self.steps * 1e6 if self.steps else float("nan")
+        return self.per_step_us(self.cpu_s)
+
+    def per_step_us(self, cpu_s: float) -> float:
+        return cpu_s / self.steps * 1e6 if self.steps else float("nan")
 
 
 # ------------------------------------------------------------------------------------- servers
@@ -240,9 +245,9 @@ def in_process_us_per_step(stage: int, scripts: list[Any], repeats: int = 3) -> 
     return best / steps * 1e6
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` and its child processes (env workers), from Linux /proc."""
-    ticks = 0
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of process `pid` and of its child processes (env workers), from Linux /proc."""
+    own = children = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -251,9 +256,13 @@ def _cpu_s(pid: int) -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:  # exited meanwhile
             continue
-        if int(entry) == pid or int(fields[1]) == pid:  # fields[1]: the parent's pid
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+        ticks = int(fields[11]) + int(fields[12])
+        if int(entry) == pid:
+            own += ticks
+        elif int(fields[1]) == pid:  # fields[1]: the parent's pid
+            children += ticks
+    tick = os.sysconf("SC_CLK_TCK")
+    return own / tick, children / tick
 
 
 def _run(kind: str, proc: subprocess.Popen[bytes], port: int, token: str, scripts: list[Any], sessions: int,
@@ -266,17 +275,20 @@ def _run(kind: str, proc: subprocess.Popen[bytes], port: int, token: str, script
                                       for k in range(sessions)))
         return len(lat), time.perf_counter() - t0, lat, sum(lost)
 
-    cpu0 = _cpu_s(proc.pid)
+    own0, children0 = _cpu_s(proc.pid)
+    client0 = time.process_time()
     steps, elapsed, lat, lost = asyncio.run(drive())
-    cpu = _cpu_s(proc.pid) - cpu0
+    client = time.process_time() - client0
+    own1, children1 = _cpu_s(proc.pid)
     lat.sort()
     p50, p99 = ((lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3 for q in (0.5, 0.99)) if lat
                 else (float("nan"), float("nan")))
-    return Result(kind, sessions, steps, elapsed, p50, p99, lost, cpu, think_s)
+    return Result(kind, sessions, steps, elapsed, p50, p99, lost, own1 + children1 - own0 - children0, think_s,
+                  children1 - children0, client)
 
 
 def bench_server(stage: int = 2, seconds: float = 3.0, max_steps: int = 20_000, concurrency: tuple[int, ...] = (1, 64),
-                 rounds: int = 2, think_ms: float = 200.0, env_workers: int = 1) -> list[Result]:
+                 rounds: int = 3, think_ms: float = 200.0, env_workers: int = 1) -> list[Result]:
     """Saturation runs (no think time) interleaved over `rounds` so load from other processes hits every
     server alike, then one paced run per server at the highest concurrency (`think_ms` between steps)."""
     scripts = {"driftcall": expert_scripts(stage, 200)}
@@ -310,7 +322,8 @@ def _merge(runs: list[Result]) -> Result:
     first = runs[0]
     return Result(first.server, first.sessions, sum(r.steps for r in runs), sum(r.seconds for r in runs),
                   max(r.p50_ms for r in runs), max(r.p99_ms for r in runs), sum(r.lost for r in runs),
-                  sum(r.cpu_s for r in runs), first.think_s)
+                  sum(r.cpu_s for r in runs), first.think_s, sum(r.worker_cpu_s for r in runs),
+                  sum(r.client_cpu_s for r in runs))
 
 
 def print_results(results: list[Result], env_us: float | None = None) -> bool:
@@ -342,6 +355,13 @@ def print_results(results: list[Result], env_us: float | None = None) -> bool:
               f"path alone (replay) {at_top['driftcall-replay'].cpu_us_per_step:,.0f}; DriftCall "
               f"{at_top['driftcall'].cpu_us_per_step:,.0f} (envs in worker processes: "
               f"{at_top['driftcall+workers'].cpu_us_per_step:,.0f}), the env in process alone {env_us:,.0f}")
+    print(f"at {top} sessions, CPU us per step by process (client | server | its env workers) and CPU cores busy:")
+    for r in results:
+        if r.sessions == top and not r.think_s:
+            busy = (r.cpu_s + r.client_cpu_s) / r.seconds
+            print(f"  {r.server:<18} {r.per_step_us(r.client_cpu_s):>5,.0f} | "
+                  f"{r.per_step_us(r.cpu_s - r.worker_cpu_s):>5,.0f} | {r.per_step_us(r.worker_cpu_s):>5,.0f}"
+                  f"   {busy:.2f} of {os.cpu_count()}")
     print(f"machine: {os.cpu_count()} CPUs shared with other processes (load average "
           f"{os.getloadavg()[0]:.1f}); server CPU us/step is the load-independent cost")
     for layout, what, ok in checks:
@@ -359,7 +379,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="per server, concurrency and round")
     parser.add_argument("--max-steps", type=int, default=20_000, help="per server, concurrency and round")
     parser.add_argument("--concurrency", default="1,64", help="comma-separated session counts")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the saturation runs")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the saturation runs")
     parser.add_argument("--think-ms", type=float, default=200.0, help="paced run: pause before each step")
     parser.add_argument("--env-workers", type=int, default=1, help="worker processes of driftcall+workers")
     args = parser.parse_args(argv)

@@ -31,7 +31,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from cells.step_04_models import ActionType, DriftCallAction, DriftCallObservation, ModelValidationError
-from cells.step_10_env import DriftCallEnv, EnvError, EnvNotResetError, InvalidActionError
+from cells.step_10_env import DriftCallEnv, EnvError, InvalidActionError
 
 JUDGE_VIEW: contextvars.ContextVar[bool] = contextvars.ContextVar("driftcall_judge_view", default=False)
 MAX_SEED = 2**63 - 1
@@ -108,13 +108,20 @@ def to_observation_model(obs: DriftCallObservation, tools: list[dict[str, Any]] 
                          ) -> DriftCallObservationModel:
     """The wire model of a core observation; `tools` is the already-encoded `obs.available_tools` (a
     serving env encodes the episode's constant tool docs once, not on every step)."""
-    return DriftCallObservationModel.model_construct(  # fields come from a validated frozen core observation
-        turn=obs.turn, budget_remaining=obs.budget_remaining, goal_utterance=obs.goal_utterance, now=obs.now,
-        user_message=None if obs.user_message is None else obs.user_message.to_dict(),
-        last_result=None if obs.last_result is None else obs.last_result.to_dict(),
-        available_tools=[t.to_dict() for t in obs.available_tools] if tools is None else tools,
-        parse_error=obs.parse_error, done=obs.done, reward=obs.reward, metadata={},
-    )
+    # fields come from a validated frozen core observation: nothing to validate again
+    return DriftCallObservationModel.model_construct(**observation_fields(obs, tools))
+
+
+def observation_fields(obs: DriftCallObservation, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every field of `DriftCallObservationModel` for a core observation, as plain JSON values (what an env
+    worker sends; the server builds the model from them)."""
+    return {
+        "turn": obs.turn, "budget_remaining": obs.budget_remaining, "goal_utterance": obs.goal_utterance,
+        "now": obs.now, "user_message": None if obs.user_message is None else obs.user_message.to_dict(),
+        "last_result": None if obs.last_result is None else obs.last_result.to_dict(),
+        "available_tools": [t.to_dict() for t in obs.available_tools] if tools is None else tools,
+        "parse_error": obs.parse_error, "done": obs.done, "reward": obs.reward, "metadata": {},
+    }
 
 
 def from_observation_payload(payload: dict[str, Any]) -> DriftCallObservation:
@@ -143,36 +150,45 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
         self._tools: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None  # (docs, encoded)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> DriftCallObservationModel:
+        return DriftCallObservationModel.model_construct(**self.reset_fields(seed, episode_id, **kwargs))
+
+    def step(self, action: DriftCallActionModel, timeout_s: float | None = None, **kwargs: Any) -> DriftCallObservationModel:
+        return DriftCallObservationModel.model_construct(**self.step_fields(action))
+
+    def reset_fields(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """`reset`'s observation as `observation_fields` (an env worker sends these, not the model)."""
         check_reset_args(seed, episode_id, kwargs)
         return self._wire(self.core.reset(seed=seed, episode_id=episode_id))
 
-    def step(self, action: DriftCallActionModel, timeout_s: float | None = None, **kwargs: Any) -> DriftCallObservationModel:
+    def step_fields(self, action: DriftCallActionModel) -> dict[str, Any]:
+        """`step`'s observation as `observation_fields`."""
         if action.truncate:
             self.core.truncate()
             live = self.core.state
-            return to_observation_model(DriftCallObservation(
+            return observation_fields(DriftCallObservation(
                 turn=live.turn, budget_remaining=live.max_turns - live.turn, done=True,
                 reward=self.core.rewards().reward))
         if action.text is not None:
             return self._wire(self.core.step_text(action.text))
         return self._wire(self.core.step(to_core_action(action)))
 
-    def _wire(self, obs: DriftCallObservation) -> DriftCallObservationModel:
+    def _wire(self, obs: DriftCallObservation) -> dict[str, Any]:
         docs = obs.available_tools
         if self._tools is None or self._tools[0] is not docs:  # a new episode's docs: encode once
             self._tools = (docs, [t.to_dict() for t in docs])
-        return to_observation_model(obs, self._tools[1])
+        return observation_fields(obs, self._tools[1])
 
     @property
     def state(self) -> DriftCallStateModel:
-        core = self.core
-        try:
-            live = core.state
-        except EnvNotResetError:
-            return DriftCallStateModel(episode_id=None, step_count=0, stage=core.stage)
-        judge = judge_view(core) if JUDGE_VIEW.get() else None
-        return DriftCallStateModel(episode_id=live.episode_id, step_count=live.turn, stage=core.stage,
-                                   done=live.done, judge=judge)
+        episode_id, turns, done = self.progress()
+        judge = judge_view(self.core) if JUDGE_VIEW.get() and episode_id is not None else None
+        return DriftCallStateModel(episode_id=episode_id, step_count=turns, stage=self.core.stage, done=done,
+                                   judge=judge)
+
+    def progress(self) -> tuple[str | None, int, bool]:
+        """(episode id, turns used, done) of the running or last episode; (None, 0, False) before reset.
+        What `state` shows an agent, without building the core's full state."""
+        return self.core.progress()
 
     def get_metadata(self) -> EnvironmentMetadata:
         return env_metadata(self.core.stage)

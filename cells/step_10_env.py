@@ -342,6 +342,14 @@ class DriftCallEnv:
             raise EnvNotResetError("no goal before reset()")
         return self._live.goal
 
+    def progress(self) -> tuple[str | None, int, bool]:
+        """(episode id, turns used, done) of the running or last episode; (None, 0, False) before reset.
+        The agent-visible part of `state`, without copying the rest (a server answers it on every step)."""
+        live = self._live
+        if live is None:
+            return None, 0, False
+        return live.episode_id, live.turn, live.terminated_by is not None
+
     @property
     def state(self) -> DriftCallState:
         """Judge view: everything, including the schedule and fired drifts."""

@@ -10,14 +10,15 @@ import sys
 from cells import bench_server
 
 
-def test_cpu_seconds_include_child_processes() -> None:
-    before = bench_server._cpu_s(os.getpid())
+def test_cpu_seconds_of_child_processes_are_counted_apart() -> None:
+    own_before, children_before = bench_server._cpu_s(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                               "while time.process_time() - t < 0.6: pass\nprint('spun', flush=True)\n"
                               "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline() == "spun\n"  # 0.6 s of CPU, still alive
-        assert bench_server._cpu_s(os.getpid()) - before >= 0.5
+        own, children = bench_server._cpu_s(os.getpid())
+        assert children - children_before >= 0.5 and own - own_before < 0.5
     finally:
         child.kill()
         child.wait()
@@ -31,8 +32,9 @@ def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> N
     for kind in bench_server.KINDS:
         for sessions in (1, 4):
             r = by[(kind, sessions, False)]
-            assert r.steps > 0 and r.lost == 0 and r.cpu_s > 0, r
+            assert r.steps > 0 and r.lost == 0 and r.cpu_s > 0 and r.client_cpu_s > 0, r
+            assert (r.worker_cpu_s > 0) == (kind == "driftcall+workers"), r  # only that layout has children
         assert by[(kind, 4, True)].lost == 0
     bench_server.print_results(results, env_us=100.0)
     out = capsys.readouterr().out  # type: ignore[attr-defined]
-    assert "driftcall+workers" in out and "every target met by:" in out
+    assert "driftcall+workers" in out and "every target met by:" in out and "CPU cores busy" in out

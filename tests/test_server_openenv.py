@@ -47,6 +47,19 @@ def test_boundary_types_round_trip_through_json() -> None:
     assert from_observation_payload(json.loads(json.dumps(payload))).to_json() == core.to_json()
 
 
+def test_fields_are_the_observation_models_fields() -> None:
+    """What an env worker sends (`reset_fields`/`step_fields`) builds the model `reset`/`step` return."""
+    by_model, by_fields = DriftCallOpenEnv(stage=3), DriftCallOpenEnv(stage=3)
+    actions = [DriftCallActionModel(text='{"action":"speak","message":"hi"}'), DriftCallActionModel(text="not json"),
+               DriftCallActionModel(action_type="submit", message="done", confidence=0.4)]
+    pairs = [(by_model.reset(seed=9), by_fields.reset_fields(seed=9))]
+    pairs += [(by_model.step(a), by_fields.step_fields(a)) for a in actions]
+    for model, fields in pairs:
+        assert set(fields) == set(DriftCallObservationModel.model_fields)
+        assert DriftCallObservationModel.model_validate(fields).model_dump_json() == model.model_dump_json()
+    assert pairs[-1][0].done and by_fields.progress() == (by_model.state.episode_id, 3, True)
+
+
 def test_judge_view_only_when_the_flag_is_set() -> None:
     env = DriftCallOpenEnv(stage=2)
     assert env.state.episode_id is None and env.state.judge is None  # before reset: no error, nothing to show

@@ -102,6 +102,29 @@ def test_a_worker_that_dies_young_is_not_replaced(caplog: Any, monkeypatch: Any)
         assert any("is not replaced" in r.getMessage() for r in caplog.records)
 
 
+def test_a_bug_inside_a_worker_reaches_the_client_as_an_opaque_reference(tmp_path: Any, monkeypatch: Any,
+                                                                         capfd: Any) -> None:
+    # the bug must live in the worker's interpreter: a sitecustomize module on its PYTHONPATH breaks its env
+    (tmp_path / "sitecustomize.py").write_text(
+        "from cells.step_10_env import DriftCallEnv\n"
+        "def broken(self, text):\n"
+        "    raise KeyError('SECRET-internal-detail')\n"
+        "DriftCallEnv.step_text = broken\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    with ts.served_app(stage=1, env_workers=1) as (base, app):
+        with ts.ws(base) as conn:
+            ts.call(conn, "reset", {"seed": 1})
+            frame = ts.call(conn, "step", {"text": "hi"})
+            assert frame["data"]["code"] == "EXECUTION_ERROR" and "SECRET" not in json.dumps(frame)
+            message = frame["data"]["message"]
+            assert message.startswith("internal error (ref ")
+            assert ts.call(conn, "reset", {"seed": 2})["type"] == "observation"  # the session goes on
+        assert app.env_pool.workers[0].process.poll() is None
+    ref = message.removeprefix("internal error (ref ").split(")")[0]
+    log = capfd.readouterr().err  # the worker's log: the reference, with the traceback the client never sees
+    assert f"internal error ref={ref}" in log and "SECRET-internal-detail" in log and "Traceback" in log
+
+
 def test_closing_the_app_stops_its_workers() -> None:
     from cells.server.app import build_app, close_app
 

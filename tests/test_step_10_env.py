@@ -61,6 +61,21 @@ def test_step_before_reset_raises_and_state_is_unavailable() -> None:
         env.rewards()
 
 
+def test_progress_is_the_agent_visible_part_of_state_at_every_turn() -> None:
+    env = DriftCallEnv(2)
+    assert env.progress() == (None, 0, False)  # before reset: no error (a server answers it for idle sessions)
+    obs = env.reset(seed=11)
+    policy = ExpertPolicy()
+    policy.reset(obs, GoalReader.from_goal(env.goal))
+    while True:
+        state = env.state
+        assert env.progress() == (state.episode_id, state.turn, state.done)
+        if obs.done:
+            break
+        obs = env.step_text(policy.act(obs))
+    assert env.progress()[1:] == (obs.turn, True)
+
+
 def test_non_action_to_step_raises_and_changes_nothing() -> None:
     env = DriftCallEnv(2)
     env.reset(seed=3)
