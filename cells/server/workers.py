@@ -2,12 +2,11 @@
 
     app = build_app(stage=2, token=T, env_workers=1)   # sessions' envs live in one worker process
 
-Why: a DriftCall step is pure Python under the GIL, so on the event loop it caps the server at one core,
-where it also runs ~2x slower than in a tight loop (measured in the served process: ~410 CPU us per
-step against ~220 for the same episodes run back to back; batching 16 sessions' steps together on the
-loop won back only 7%). With the envs in worker processes the serving and the env steps of different
-sessions run in parallel: `python -m cells bench server` measures both layouts in one run (README).
-The price is a hop per call: one session stepping alone is slower this way.
+Why: a DriftCall step is pure Python under the GIL, so on the event loop it caps the server at one core
+(batching 16 sessions' steps together on the loop won back only 7%). With the envs in worker processes
+the serving and the env steps of different sessions run in parallel: `python -m cells bench server`
+measures both layouts in one run and prints each process's CPU per step (README). The price is a hop per
+call: one session stepping alone is slower this way.
 
 How: each `WorkerEnv` (one per session, made by OpenEnv's factory, in any thread) is a key on the
 least-loaded worker; the worker holds the real `ServedEnv` for that key, so what runs, what is
