@@ -104,17 +104,10 @@ def to_core_action(model: DriftCallActionModel) -> DriftCallAction:
         raise InvalidActionError(str(exc)) from exc
 
 
-def to_observation_model(obs: DriftCallObservation, tools: list[dict[str, Any]] | None = None
-                         ) -> DriftCallObservationModel:
-    """The wire model of a core observation; `tools` is the already-encoded `obs.available_tools` (a
-    serving env encodes the episode's constant tool docs once, not on every step)."""
-    # fields come from a validated frozen core observation: nothing to validate again
-    return DriftCallObservationModel.model_construct(**observation_fields(obs, tools))
-
-
 def observation_fields(obs: DriftCallObservation, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Every field of `DriftCallObservationModel` for a core observation, as plain JSON values (what an env
-    worker sends; the server builds the model from them)."""
+    worker sends; the server builds the model from them). `tools` is the already-encoded
+    `obs.available_tools` (a serving env encodes the episode's constant tool docs once, not on every step)."""
     return {
         "turn": obs.turn, "budget_remaining": obs.budget_remaining, "goal_utterance": obs.goal_utterance,
         "now": obs.now, "user_message": None if obs.user_message is None else obs.user_message.to_dict(),
@@ -149,6 +142,7 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
         self.core = DriftCallEnv(stage, language_weights, **kwargs)
         self._tools: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None  # (docs, encoded)
 
+    # the model is built without validation: its fields come from a validated frozen core observation
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> DriftCallObservationModel:
         return DriftCallObservationModel.model_construct(**self.reset_fields(seed, episode_id, **kwargs))
 
