@@ -54,6 +54,7 @@ class Result:
     think_s: float = 0.0
     worker_cpu_s: float = 0.0  # of which its child processes (env workers)
     client_cpu_s: float = 0.0  # the client's (this process's) CPU seconds over the run
+    round_steps_per_s: tuple[float, ...] = ()  # each round's steps/s, when rounds were pooled
 
     @property
     def steps_per_s(self) -> float:
@@ -323,7 +324,7 @@ def _merge(runs: list[Result]) -> Result:
     return Result(first.server, first.sessions, sum(r.steps for r in runs), sum(r.seconds for r in runs),
                   max(r.p50_ms for r in runs), max(r.p99_ms for r in runs), sum(r.lost for r in runs),
                   sum(r.cpu_s for r in runs), first.think_s, sum(r.worker_cpu_s for r in runs),
-                  sum(r.client_cpu_s for r in runs))
+                  sum(r.client_cpu_s for r in runs), tuple(r.steps_per_s for r in runs))
 
 
 def print_results(results: list[Result], env_us: float | None = None) -> bool:
@@ -355,6 +356,14 @@ def print_results(results: list[Result], env_us: float | None = None) -> bool:
               f"path alone (replay) {at_top['driftcall-replay'].cpu_us_per_step:,.0f}; DriftCall "
               f"{at_top['driftcall'].cpu_us_per_step:,.0f} (envs in worker processes: "
               f"{at_top['driftcall+workers'].cpu_us_per_step:,.0f}), the env in process alone {env_us:,.0f}")
+    floor_rounds = next(r.round_steps_per_s for r in results if r.server == "floor" and r.sessions == top
+                        and not r.think_s)
+    if len(floor_rounds) > 1:  # rounds interleave the servers, so round i of each met the same load
+        print(f"at {top} sessions, steps/s vs the floor in each round (how far one run's ratio can move):")
+        for r in results:
+            if r.sessions == top and not r.think_s and r.server in DRIFTCALL:
+                ratios = [mine / floor for mine, floor in zip(r.round_steps_per_s, floor_rounds, strict=True)]
+                print(f"  {r.server:<18} " + "  ".join(f"{x:.2f}" for x in ratios))
     print(f"at {top} sessions, CPU us per step by process (client | server | its env workers) and CPU cores busy:")
     for r in results:
         if r.sessions == top and not r.think_s:

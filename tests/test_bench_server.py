@@ -25,7 +25,7 @@ def test_cpu_seconds_of_child_processes_are_counted_apart() -> None:
 
 
 def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> None:
-    results = bench_server.bench_server(stage=1, seconds=0.4, max_steps=400, concurrency=(1, 4), rounds=1,
+    results = bench_server.bench_server(stage=1, seconds=0.4, max_steps=400, concurrency=(1, 4), rounds=2,
                                         think_ms=5.0, env_workers=1)
     by = {(r.server, r.sessions, bool(r.think_s)): r for r in results}
     assert {r.server for r in results} == set(bench_server.KINDS)
@@ -34,7 +34,10 @@ def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> N
             r = by[(kind, sessions, False)]
             assert r.steps > 0 and r.lost == 0 and r.cpu_s > 0 and r.client_cpu_s > 0, r
             assert (r.worker_cpu_s > 0) == (kind == "driftcall+workers"), r  # only that layout has children
+            rounds = r.round_steps_per_s  # pooled steps/s is a time-weighted mean of the rounds'
+            assert len(rounds) == 2 and min(rounds) - 1e-6 <= r.steps_per_s <= max(rounds) + 1e-6, r
         assert by[(kind, 4, True)].lost == 0
     bench_server.print_results(results, env_us=100.0)
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "driftcall+workers" in out and "every target met by:" in out and "CPU cores busy" in out
+    assert "in each round" in out
