@@ -614,3 +614,90 @@ def test_continuous_batching_keeps_the_turn_backstop_and_needs_a_window_that_spa
     config = model.get_base_model().config
     assert supports_continuous(model, config.sliding_window // 2)
     assert not supports_continuous(model, config.sliding_window // 2 + 1)  # Gemma 3 1B's 512-token window, say
+
+
+# --- LoRA merged for play ---------------------------------------------------------------------------
+
+
+def trained_looking_policy(cache):
+    """A LoRA policy whose adapter is not the identity (peft starts B at zero, where merging changes nothing)."""
+    model, tok = fresh_policy(cache)
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+    return model, tok
+
+
+def base_weights(model):
+    from cells.agent.merged import lora_layers
+
+    return [layer.get_base_layer().weight.detach().clone() for layer in lora_layers(model)]
+
+
+def test_a_lora_policy_plays_merged_the_episodes_it_plays_unmerged_and_its_base_comes_back_bit_for_bit(
+        tiny_cache, monkeypatch):
+    import contextlib
+
+    import cells.agent.merged as merged
+    import cells.agent.rollout as rollout
+
+    model, tok = trained_looking_policy(tiny_cache)
+    ids = torch.tensor([tok.encode("hello world, a tool call")])
+    with torch.no_grad():
+        unmerged_logits = model(input_ids=ids).logits
+        with merged.adapters_merged(model) as did:
+            merged_logits = model(input_ids=ids).logits
+            assert did and all(layer.merged for layer in merged.lora_layers(model))
+    with torch.no_grad(), model.disable_adapter():
+        base_logits = model(input_ids=ids).logits
+    assert (unmerged_logits - base_logits).abs().max() > 1e-2  # the adapter matters: merging it is not a no-op
+    torch.testing.assert_close(merged_logits, unmerged_logits, atol=1e-4, rtol=1e-4)
+
+    before = base_weights(model)
+    seen = []
+    real = merged.adapters_merged
+
+    @contextlib.contextmanager
+    def recording(m):
+        with real(m) as did:
+            seen.append(did)
+            yield did
+
+    monkeypatch.setattr(rollout, "adapters_merged", recording)
+    envs_seeds = ([ToyEnv(turns=t) for t in (1, 3, 2, 4)], [5, 6, 7, 8])
+    played = rollout_batch(*envs_seeds, model=model, tokenizer=tok, max_new_tokens_per_turn=MAX_NEW, greedy=True)
+    monkeypatch.setattr(rollout, "adapters_merged", lambda m: contextlib.nullcontext(False))
+    plain = rollout_batch([ToyEnv(turns=t) for t in (1, 3, 2, 4)], [5, 6, 7, 8], model=model, tokenizer=tok,
+                          max_new_tokens_per_turn=MAX_NEW, greedy=True)
+    assert seen == [True]
+    assert played.trajectories == plain.trajectories and played.generated_tokens > 0
+    assert all(torch.equal(a, b) for a, b in zip(before, base_weights(model), strict=True))
+    assert not any(layer.merged for layer in merged.lora_layers(model))
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, unmerged_logits)  # the adapter is live again
+
+
+def test_adapters_stay_unmerged_where_merging_could_not_be_exact_and_a_raising_block_restores_them(tiny_cache):
+    from cells.agent.merged import adapters_merged, lora_layers
+
+    model, _ = trained_looking_policy(tiny_cache)
+    with model.disable_adapter(), adapters_merged(model) as did:  # "adapter off" play: already the base model
+        assert did is False
+    with adapters_merged(model.get_base_model().model.embed_tokens) as did:  # no LoRA layer at all
+        assert did is False
+    with adapters_merged(None) as did:  # a scripted policy's rollout
+        assert did is False
+    dropout = lora_layers(model)[0].lora_dropout
+    dropout["default"] = torch.nn.Dropout(0.1)
+    model.train()
+    with adapters_merged(model) as did:  # merged weights cannot drop the adapter's input
+        assert did is False
+    model.eval()
+    before = base_weights(model)
+    with pytest.raises(RuntimeError, match="mid-play"), adapters_merged(model) as did:
+        assert did is True
+        raise RuntimeError("mid-play")
+    assert all(torch.equal(a, b) for a, b in zip(before, base_weights(model), strict=True))
+    assert not any(layer.merged for layer in lora_layers(model))
