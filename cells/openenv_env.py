@@ -22,6 +22,7 @@ Importing this module imports `openenv.core.env_server`, which pulls gradio (~4 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import re
 from typing import Any, Literal
 
@@ -30,7 +31,13 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from cells.step_04_models import ActionType, DriftCallAction, DriftCallObservation, ModelValidationError
+from cells.step_04_models import (
+    ActionType,
+    DriftCallAction,
+    DriftCallObservation,
+    DriftCallState,
+    ModelValidationError,
+)
 from cells.step_10_env import DriftCallEnv, EnvError, InvalidActionError
 
 JUDGE_VIEW: contextvars.ContextVar[bool] = contextvars.ContextVar("driftcall_judge_view", default=False)
@@ -207,3 +214,61 @@ def judge_view(core: DriftCallEnv) -> dict[str, Any]:
         view["rewards"] = core.rewards().to_dict()
         view["episode"] = core.episode().to_dict()
     return view
+
+
+# The judge view across a process boundary (env workers, cells/server/workers.py), sent as changes: OpenEnv
+# reads `state` synchronously, so the server must hold a judge session's view before it is asked for it,
+# and re-encoding the whole state on every call made a judge session's step ~50% dearer for the worker (its
+# actions and results grow with the episode). Fields the env only appends to travel as their new items,
+# fields fixed for an episode travel once, the rest (a few small values) on every call.
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(DriftCallState))
+_APPENDED = ("fired", "actions", "results")  # the env only ever appends to these within an episode
+_PER_EPISODE = ("episode_id", "seed", "stage", "goal", "max_turns", "schedule")
+_PER_CALL = tuple(f for f in _STATE_FIELDS if f not in _APPENDED and f not in _PER_EPISODE)
+
+
+class JudgeViewFeed:
+    """Worker side: what changed in the judge view since this feed's last `change`, for `JudgeViewMirror`."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, int] = {}  # items of each appended field the mirror holds; {} before the first change
+        self.ended = False
+
+    def change(self, core: DriftCallEnv, reset: bool) -> dict[str, Any]:
+        """The change since the last call; `reset`: `core` was reset since then (a reset to the same seed
+        keeps the episode id, so the caller says so)."""
+        state = core.state
+        change: dict[str, Any] = {"set": state.to_dict_of(_PER_CALL)}
+        if reset or not self.sent:
+            self.sent, self.ended = dict.fromkeys(_APPENDED, 0), False
+            change["fixed"] = state.to_dict_of(_PER_EPISODE)
+        change["append"] = {name: [item.to_dict() for item in getattr(state, name)[self.sent[name]:]]
+                            for name in _APPENDED}
+        self.sent = {name: len(getattr(state, name)) for name in _APPENDED}
+        if core.done and not self.ended:
+            self.ended = True
+            change["ended"] = {"rewards": core.rewards().to_dict(), "episode": core.episode().to_dict()}
+        return change
+
+
+class JudgeViewMirror:
+    """Server side: `judge_view(core)` rebuilt from a `JudgeViewFeed`'s changes, equal to it after every call."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, Any] = {}
+        self.ended: dict[str, Any] = {}
+
+    def apply(self, change: dict[str, Any]) -> None:
+        if "fixed" in change:
+            self.parts = {**change["fixed"], **{name: [] for name in _APPENDED}}
+            self.ended = {}
+        self.parts.update(change["set"])
+        for name, items in change["append"].items():
+            self.parts[name] = self.parts[name] + items  # a new list: views handed out earlier stay as they were
+        self.ended = change.get("ended", self.ended)
+
+    def view(self) -> dict[str, Any] | None:
+        """The judge view, or None before the first change."""
+        if not self.parts:
+            return None
+        return {"state": {name: self.parts[name] for name in _STATE_FIELDS}, **self.ended}

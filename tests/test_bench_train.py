@@ -28,6 +28,8 @@ def test_ratio_is_seconds_per_generated_token_ours_over_plain_trl():
     assert _bench(model_tokens_per_step=2400.0).ratio_per_generated_token == pytest.approx(0.75)
     lines = "\n".join(_bench(decode_steps_per_step=288.0, floor_decode_steps_per_step=124.0).lines())
     assert "288   (plain TRL: 124)" in lines
+    unmerged = "\n".join(_bench(rollout_unmerged_tokens_per_s=150.0, grpo_unmerged_seconds_per_step=36.0).lines())
+    assert "200   (LoRA merged for play; unmerged: 150 tokens/s, 36.0 s/step)" in unmerged
     assert "6,000" in lines and "x2.00" in lines and "x1.50 (target <= 1.5)" in lines
     assert dataclasses.asdict(_bench())["sft_tokens_per_s"] == 6000.0
     assert _bench().to_dict()["ratio_per_generated_token"] == pytest.approx(1.5)

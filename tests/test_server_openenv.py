@@ -95,3 +95,49 @@ def test_reset_refuses_bad_arguments_and_leaves_the_env_alone(kwargs: dict) -> N
         env.reset(**kwargs)
     assert env.state == before
     assert env.reset(seed=MAX_SEED, episode_id="ok-1.2:3").turn == 0
+
+
+def test_the_judge_views_changes_rebuild_it_exactly_after_every_call() -> None:
+    """What a worker sends a judge session (`JudgeViewFeed`) rebuilds on the server (`JudgeViewMirror`) the view
+    `judge_view` encodes whole, byte for byte as JSON: across expert episodes with drift, invalid outputs, a
+    reset to the same seed mid-episode (same episode id) and an episode's end (rewards and Episode once)."""
+    from test_server import expert_texts
+
+    from cells.openenv_env import JudgeViewFeed, JudgeViewMirror, judge_view
+    from cells.step_10_env import DriftCallEnv
+
+    core, feed, mirror = DriftCallEnv(3), JudgeViewFeed(), JudgeViewMirror()
+    assert mirror.view() is None
+    sizes = []
+
+    def check(reset: bool) -> None:
+        earlier = mirror.view()
+        frozen = json.dumps(earlier)
+        change = feed.change(core, reset=reset)
+        mirror.apply(change)
+        assert json.dumps(mirror.view()) == json.dumps(judge_view(core))
+        assert json.dumps(earlier) == frozen  # a view handed out before is not changed by later calls
+        sizes.append((len(json.dumps(change)), len(json.dumps(judge_view(core)))))
+
+    cut, _ = expert_texts(3, 4)
+    core.reset(seed=4)
+    check(reset=True)
+    for text in cut[:3]:  # played in part, then the same seed again: the same episode id
+        core.step_text(text)
+        check(reset=False)
+    drifted = 0
+    for seed in (4, 17, 23):
+        texts, episode = expert_texts(3, seed)
+        drifted += bool(episode.drifts)
+        core.reset(seed=seed)
+        check(reset=True)
+        for i, text in enumerate(texts):
+            if i == 1:
+                core.step_text("not json at all")  # a parse failure: counted in the state, no action appended
+                check(reset=False)
+            core.step_text(text)
+            check(reset=False)
+        assert core.done
+    assert "rewards" in mirror.view() and mirror.view()["state"]["done"] is True and drifted >= 1
+    mid_episode = [sent / whole for sent, whole in sizes[1:-1]]
+    assert sum(mid_episode) / len(mid_episode) < 0.5  # changes, not the whole view again

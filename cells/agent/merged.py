@@ -13,7 +13,7 @@ reference see afterwards is bit-for-bit what it was (an unmerge alone leaves flo
 merges once per step). Generation sees W + s·BA computed once instead of x·W + s·(x·A)·B: the same function up
 to float rounding, which is below the noise of sampling.
 
-When it does nothing (the model plays unmerged, as before): no LoRA layers; adapters switched off (the
+When it does nothing (the model plays unmerged, as before): inside `unmerged_play()`; no LoRA layers; adapters switched off (the
 "adapter off" evaluation already plays the base model); an adapter already merged; LoRA dropout active in
 training mode (merged weights cannot drop the adapter's input); base weights that are quantised or off the CPU
 (a 4-bit base cannot take a float delta exactly, and on a GPU the adapter's extra operations are cheap next to
@@ -26,6 +26,18 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+_MERGE_FOR_PLAY = [True]  # off only inside `unmerged_play` (a benchmark's A/B)
+
+
+@contextmanager
+def unmerged_play() -> Iterator[None]:
+    """Within the block rollouts play LoRA policies unmerged, as before this module (`bench train` times both)."""
+    _MERGE_FOR_PLAY[0] = False
+    try:
+        yield
+    finally:
+        _MERGE_FOR_PLAY[0] = True
 
 
 def lora_layers(model: Any) -> list[Any]:
@@ -56,7 +68,7 @@ def _mergeable_weight(layer: Any) -> Any:
 
 def mergeable(model: Any) -> list[tuple[Any, Any]]:
     """`(layer, base weight)` for every LoRA layer when all of them can be merged for generation, else []."""
-    layers = lora_layers(model)
+    layers = lora_layers(model) if _MERGE_FOR_PLAY[0] else []
     if not layers or any(layer.disable_adapters or layer.merged or _dropout_active(layer) for layer in layers):
         return []
     weights = [_mergeable_weight(layer) for layer in layers]

@@ -13,7 +13,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring as _json_string  # what json.dumps(ensure_ascii=False) uses
 from typing import Any, TypeVar, Union
 
@@ -86,6 +86,10 @@ class JsonModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    def to_dict_of(self, names: Iterable[str]) -> dict[str, Any]:
+        """`to_dict()`'s entries for `names` only, encoding nothing else."""
+        return {name: _encode(getattr(self, name)) for name in names}
 
     @classmethod
     def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:

@@ -109,7 +109,13 @@ def worker_env_cls() -> type:
     processes; a handle on a `ServedEnv` there (cells/server/workers.py)."""
     from openenv.core.env_server import Environment
 
-    from cells.openenv_env import JUDGE_VIEW, DriftCallObservationModel, DriftCallStateModel, env_metadata
+    from cells.openenv_env import (
+        JUDGE_VIEW,
+        DriftCallObservationModel,
+        DriftCallStateModel,
+        JudgeViewMirror,
+        env_metadata,
+    )
     from cells.server.workers import SAME_TOOLS, EnvWorkerPool
 
     class WorkerEnv(Environment):
@@ -121,7 +127,7 @@ def worker_env_cls() -> type:
             self.worker, self.key = pool.open_session()
             self.tools: list[dict[str, Any]] = []
             self.live: tuple[str | None, int, bool] = (None, 0, False)  # episode id, turns used, done
-            self.judge: dict[str, Any] | None = None
+            self.judge = JudgeViewMirror()  # filled by judge sessions' replies
             self.closed = False
 
         async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
@@ -134,7 +140,9 @@ def worker_env_cls() -> type:
             return await self.pool.call(self.worker, self.key, op, payload, JUDGE_VIEW.get())
 
         def _observe(self, reply: Any) -> Any:
-            fields, episode_id, turns, done, self.judge = reply
+            fields, episode_id, turns, done, change = reply
+            if change is not None:
+                self.judge.apply(change)
             if fields["available_tools"] == SAME_TOOLS:
                 fields["available_tools"] = self.tools
             else:
@@ -151,7 +159,7 @@ def worker_env_cls() -> type:
         @property
         def state(self) -> Any:
             episode_id, turns, done = self.live
-            judge = self.judge if JUDGE_VIEW.get() and episode_id is not None else None
+            judge = self.judge.view() if JUDGE_VIEW.get() and episode_id is not None else None
             return DriftCallStateModel(episode_id=episode_id, step_count=turns, stage=self.pool.stage, done=done,
                                        judge=judge)
 

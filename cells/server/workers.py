@@ -16,7 +16,8 @@ network socket): an asyncio protocol on the server side (calls made in one loop 
 write, which never blocks the loop), blocking I/O in the worker, which answers each call as soon as it
 is done. Steps within a session stay serialised (OpenEnv's WebSocket loop awaits each reply before
 reading the next frame). What the server answers without a round trip: `state` for agents (episode id,
-turn, done from the last reply) and `get_metadata`; a judge session's replies carry the judge view.
+turn, done from the last reply) and `get_metadata`; a judge session's replies carry what changed in the
+judge view (`JudgeViewFeed` here, `JudgeViewMirror` on the server: cells/openenv_env.py).
 A worker that dies fails its sessions' pending and later calls with `EnvWorkerError` (the client gets
 an error frame and can start a new session), and a fresh worker takes its place for new sessions.
 
@@ -94,16 +95,18 @@ class _WorkerSessions:
     """The envs one worker holds, by session key."""
 
     def __init__(self, served: type, stage: int) -> None:
-        from cells.openenv_env import DriftCallActionModel, judge_view
+        from cells.openenv_env import DriftCallActionModel, JudgeViewFeed
 
-        self.served, self.stage, self.action_cls, self.judge_view = served, stage, DriftCallActionModel, judge_view
+        self.served, self.stage, self.action_cls, self.feed_cls = served, stage, DriftCallActionModel, JudgeViewFeed
         self.envs: dict[int, Any] = {}
         self.tools_sent: dict[int, Any] = {}
+        self.feeds: dict[int, Any] = {}  # judge sessions' `JudgeViewFeed`s
 
     def answer(self, call_id: int, key: int, op: str, payload: Any, judge: bool) -> Any:
         if op == _CLOSE:
             env = self.envs.pop(key, None)
             self.tools_sent.pop(key, None)
+            self.feeds.pop(key, None)
             if env is not None:
                 env.close()
             return None
@@ -122,9 +125,17 @@ class _WorkerSessions:
             else:
                 self.tools_sent[key] = fields["available_tools"]
             episode_id, turns, done = env.progress()
-            return call_id, True, (fields, episode_id, turns, done, self.judge_view(env.core) if judge else None)
+            change = self._feed(key).change(env.core, reset=op == "reset") if judge else None
+            return call_id, True, (fields, episode_id, turns, done, change)
         except Exception as exc:  # ServedEnv already logged bugs here and turned them into opaque references
             return call_id, False, _portable(exc)
+
+
+    def _feed(self, key: int) -> Any:
+        feed = self.feeds.get(key)
+        if feed is None:
+            feed = self.feeds[key] = self.feed_cls()
+        return feed
 
 
 def _portable(exc: Exception) -> Exception:

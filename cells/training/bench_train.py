@@ -11,7 +11,8 @@ Prints, from one process (ratios hold even when the machine is shared and absolu
    only within one run, and rerun when the machine is quiet for absolute numbers.
 2. GRPO seconds per step of `DriftCallGRPOTrainer` (G multi-turn episodes on the real env) on the model
    the SFT part just trained, its rollout generated tokens/s (model tokens per second of rollout) and its
-   decoding steps (forward calls that sampled a token; plain TRL's is its completion length). With the default
+   decoding steps (forward calls that sampled a token; plain TRL's is its completion length); then the same
+   steps with the LoRA played unmerged (`cells.agent.merged`: rollouts merge it on the CPU). With the default
    20 SFT steps that model still writes mostly invalid actions (~95% of its turns failed to parse in this
    session's runs), so its turns tend to run to the per-turn cap: the episodes' shape, not a trained policy's.
 3. The floor: plain `trl.GRPOTrainer`, single-turn completions with as many generated tokens as our mean
@@ -56,6 +57,8 @@ class TrainBench:
     floor_tokens_per_step: float
     decode_steps_per_step: float = 0.0  # rollout forward calls that sampled a token (RolloutResult.decode_steps)
     floor_decode_steps_per_step: float = 0.0  # plain TRL: one generate of max_completion_length tokens
+    grpo_unmerged_seconds_per_step: float = 0.0  # ours with the LoRA played unmerged (`cells.agent.merged`)
+    rollout_unmerged_tokens_per_s: float = 0.0
 
     @property
     def ratio_per_generated_token(self) -> float:
@@ -73,7 +76,9 @@ class TrainBench:
             f"(ours: x{stock_ratio:.2f})",
             f"GRPO seconds per step (multi-turn):    {self.grpo_seconds_per_step:>9.1f}   "
             f"({self.model_tokens_per_step:,.0f} generated tokens per step)",
-            f"rollout generated tokens/s:            {self.rollout_tokens_per_s:>9,.0f}",
+            f"rollout generated tokens/s:            {self.rollout_tokens_per_s:>9,.0f}   "
+            f"(LoRA merged for play; unmerged: {self.rollout_unmerged_tokens_per_s:,.0f} tokens/s, "
+            f"{self.grpo_unmerged_seconds_per_step:.1f} s/step)",
             f"decoding steps per GRPO step:          {self.decode_steps_per_step:>9,.0f}   "
             f"(plain TRL: {self.floor_decode_steps_per_step:,.0f})",
             f"plain TRL GRPOTrainer, single-turn:    {self.floor_seconds_per_step:>9.1f}   s/step "
@@ -201,6 +206,7 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
               model_dir: str | None = None) -> TrainBench:
     """Everything above on a throwaway run directory; `model_dir`: time GRPO and the floor on that saved model
     instead of the one the SFT timing trained (a warm start plays episodes of their real shape)."""
+    from cells.agent.merged import unmerged_play
     from cells.pipeline import make_context
     from cells.step_02_profiles import get_profile
     from cells.step_12_model import attach_adapter, boot_model, count_parameters
@@ -220,11 +226,14 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
             model = load_played_model(model_dir, tok)
         ctx.model, ctx.tokenizer = (model if hasattr(model, "peft_config") else attach_adapter(model, profile)), tok
         grpo_s, rollout_rate, tokens, decode_steps = bench_grpo(ctx, grpo_steps)
+        drop_reference_adapter(ctx.model)  # each trainer adds its own frozen `ref` copy
+        with unmerged_play():  # the same steps with the adapter's operations in every decoding step
+            unmerged_s, unmerged_rate, _, _ = bench_grpo(ctx, grpo_steps)
         mean_completion = max(1, round(tokens / (profile.num_generations * profile.prompts_per_step)))
         drop_reference_adapter(ctx.model)  # the plain trainer adds its own frozen `ref` copy
         floor_s, floor_tokens = bench_floor(ctx.model, tok, profile, mean_completion, grpo_steps, Path(tmp) / "floor")
     return TrainBench(profile_name, params, sft, padding, stock_rate, grpo_s, rollout_rate, tokens, floor_s, floor_tokens,
-                      decode_steps, float(mean_completion))
+                      decode_steps, float(mean_completion), unmerged_s, unmerged_rate)
 
 
 def main(argv: list[str]) -> int:
