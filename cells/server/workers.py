@@ -130,7 +130,6 @@ class _WorkerSessions:
         except Exception as exc:  # ServedEnv already logged bugs here and turned them into opaque references
             return call_id, False, _portable(exc)
 
-
     def _feed(self, key: int) -> Any:
         feed = self.feeds.get(key)
         if feed is None:
