@@ -211,9 +211,13 @@ def judge_view(core: DriftCallEnv) -> dict[str, Any]:
     """Everything the judge may see: full state, and once done the rewards and the Episode."""
     view: dict[str, Any] = {"state": core.state.to_dict()}
     if core.done:
-        view["rewards"] = core.rewards().to_dict()
-        view["episode"] = core.episode().to_dict()
+        view.update(_ended_parts(core))
     return view
+
+
+def _ended_parts(core: DriftCallEnv) -> dict[str, Any]:
+    """What the judge view adds once the episode has ended: its rewards and the Episode."""
+    return {"rewards": core.rewards().to_dict(), "episode": core.episode().to_dict()}
 
 
 # The judge view across a process boundary (env workers, cells/server/workers.py), sent as changes: OpenEnv
@@ -248,7 +252,7 @@ class JudgeViewFeed:
         self.sent = {name: len(getattr(state, name)) for name in _APPENDED}
         if core.done and not self.ended:
             self.ended = True
-            change["ended"] = {"rewards": core.rewards().to_dict(), "episode": core.episode().to_dict()}
+            change["ended"] = _ended_parts(core)
         return change
 
 
