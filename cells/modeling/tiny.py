@@ -27,8 +27,12 @@ from cells.step_04_models import stable_digest
 from cells.step_05_vendors import TOOL_NAMES  # the registry's 16 tools (the corpus teaches their names)
 
 # Bump when the tokenizer or model recipe code changes (3: BPE merges across punctuation; 4: built-in
-# samples produced by the prompt, action grammar and vendor errors instead of hand-copied text; 5: digits split).
-TINY_BUILD_VERSION = 5
+# samples produced by the prompt, action grammar and vendor errors instead of hand-copied text; 5: digits split;
+# 6: JSON string values split off their keys).
+TINY_BUILD_VERSION = 6
+# A JSON string value (compact separators, as every observation and action is rendered) becomes its own
+# pre-token, so BPE never merges it with the key before it. See `train_tokenizer`.
+JSON_STRING_VALUE = r'(?<=":")[^"]+'
 
 BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
 START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
@@ -140,7 +144,7 @@ def _transcripts() -> tuple[str, ...]:
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     """Train a byte-level BPE and wrap it as a Gemma-style `PreTrainedTokenizerFast`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE(unk_token=None))
@@ -153,7 +157,15 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     # and every id, price and time came out as a different mix of digit chunks per value; with single
     # digits a value is written digit by digit, the same way everywhere. Cost: expert conversations grow
     # 5% (764 -> 804 tokens), their trained part 32% (103 -> 136 tokens).
+    # String values are split off their keys (JSON_STRING_VALUE). Without this, BPE learned key+value tokens
+    # such as `payment_token":"tok_payments.basic_` and `flight_id":"AI-`, so an id the agent writes began with
+    # a token that never occurs where the id was shown (`"token":"tok`, `_`, `payments.v`, ...): the first
+    # piece of every copied id was a choice from habit, not a copy. The probe's invented ids were exactly that,
+    # `tok_payments.basic_22_c4f9` for an upgraded `tok_payments.v2_c4f9`. Split off, a value tokenizes the same
+    # in a tool result and in the call that copies it. Cost: expert conversations grow ~12% (683 -> 767 tokens
+    # on 180 of stages 1-3), their trained part ~8% (145 -> 156).
     core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(JSON_STRING_VALUE), behavior="isolated"),
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
