@@ -296,7 +296,7 @@ PROFILES: dict[str, Profile] = {
     "cpu-smoke": dataclasses.replace(
         _CPU_TINY,
         name="cpu-smoke",
-        tiny=TinyModelRecipe(vocab_size=4096),  # 4096 + merged JSON tokens: an action is ~10 tokens, episodes ~2x shorter
+        tiny=TinyModelRecipe(vocab_size=4096),  # 4096 + merged JSON tokens: episodes ~2x shorter (cells/modeling/tiny.py)
         learning_rate=5e-4,  # tiny randomly initialised models need a far larger step than 5e-6
         max_new_tokens_per_turn=64,  # one JSON action is ~10-40 tokens of the project tokenizer
         max_episode_tokens=768,  # a warm-started model emits valid actions until the turn budget: caps eval/GRPO time

@@ -1,6 +1,6 @@
 """Fast learning check (issue 10): a reduced warm start on the REAL environment must learn the job's basics.
 
-Reduced = the cpu-smoke model shape, stage 1, English, 640 fresh expert episodes, 80 SFT steps of 8 through
+Reduced = the cpu-smoke model shape, stage 1, English, 1,280 fresh expert episodes, 160 SFT steps of 8 through
 the pipeline's own `sft_warm_start` (every weight trained, as step 15 does on CPU). It then plays held-out
 stage-1 seeds greedily through the same rollout driver the evaluation uses.
 
@@ -8,12 +8,13 @@ Thresholds come from measurement (below), with a margin; the untrained model is 
 seeds as the contrast, so a broken warm start (labels, masks, collator, template, saving) fails here.
 ~15-30 s on 2 CPU cores.
 
-Measured with this procedure (seed 1234, the prompt ending with the caller's time), untrained -> warm-started
-on the 20 held-out seeds: valid-action share 0.00 -> 0.45, share of tool calls the env answered `ok` 0.00 -> 0.94,
-SFT loss 8.43 -> 2.75, held-out stage-1 success 0 -> 0 (no booking). The valid share is noisy at this size: 0.38 /
-0.83 / 0.53 with 160 / 320 / 480 episodes on 8 seeds, 0.45 / 0.41 with 640 / 960 on 20 (before the time line was
-added to the prompt it was 0.95 with 160 on 8; not investigated further), hence the low threshold; the untrained
-model scores 0.00 on all of them. Stage-1 success
+Measured with this procedure (seed 1234, tiny tokenizer of TINY_BUILD_VERSION 6), untrained -> warm-started on the
+20 held-out seeds: valid-action share 0.00 -> 0.39, share of tool calls the env answered `ok` 0.00 -> 0.90, SFT loss
+8.07 -> 1.57 (~16 s of SFT), held-out stage-1 success 0 -> 0 (no booking). Both shares are noisy at this size:
+with 640 / 960 / 1,280 episodes they were valid 0.37 / 0.30 / 0.39 and ok 0.73 / 0.97 / 0.90 (at 640 nine of
+eleven failed calls were `airline.book` without its `date`; at 1,280 four were cab calls without `drop`), and
+with the tokenizer before version 6 valid 0.45 / 0.41 and ok 0.94 / 0.85-0.97, hence the low thresholds; the
+untrained model scores 0.00 on both every time. Stage-1 success
 is not asserted because nothing that fits in ~2 minutes here reaches it: a never-pretrained model first needs
 copy pretraining (`cells.training.induction`, ~1,700 steps / ~2.4 min before the loss drops) to copy the payment
 token and ids out of tool results, and then ~15 minutes of SFT; the cpu-learn run's held-out checkpoints were
@@ -35,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from cells.step_02_profiles import get_profile
 
 HELD_OUT = 20  # stage-1 English seeds from the evaluation range, five per goal domain
-EPISODES = 640  # 80 SFT steps of 8
+EPISODES = 1280  # 160 SFT steps of 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ def test_reduced_warm_start_learns_valid_actions_and_working_tool_calls(tmp_path
           f"untrained {untrained} -> warm-started {trained}; loss {result.losses[0]:.2f} -> {result.losses[-1]:.2f}")
 
     assert result.full_model and result.steps == EPISODES // 8
-    assert result.losses[-1] <= result.losses[0] - 3.0  # measured 8.43 -> 2.75
+    assert result.losses[-1] <= result.losses[0] - 3.0  # measured 8.07 -> 1.57
     assert untrained.valid_share <= 0.05 and untrained.tool_ok_share == 0.0  # measured 0.00 / 0.00
-    assert trained.valid_share >= 0.3  # measured 0.45 (0.40-0.83 over the sizes in the docstring)
-    assert trained.tool_ok_share >= 0.8  # measured 0.94 (0.85-0.97)
+    assert trained.valid_share >= 0.25  # measured 0.39 (0.30-0.39 over the sizes in the docstring)
+    assert trained.tool_ok_share >= 0.7  # measured 0.90 (0.73-0.97)

@@ -149,9 +149,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
 
     core = Tokenizer(models.BPE(unk_token=None))
     # use_regex=False: no GPT-2 word/punctuation pre-split, so BPE can merge the corpus's recurring JSON
-    # fragments (`{"action":"tool_call","tool":"airline.search","args":{"from":"` is one token at vocab
-    # 4096). Measured: expert conversations shrink ~2x (1,545 -> 782 tokens, 300 -> 117 trained) and the
-    # tiny model picks the action type and tool in one decision instead of ~10 punctuation-level ones.
+    # fragments (`","args":{"from":"` is one token at vocab 4096, and so is each tool name). Measured before
+    # values were split off (below), when a whole `{"action":"tool_call","tool":"airline.search","args":{"from":"`
+    # was one token: expert conversations shrank ~2x (1,545 -> 782 tokens, 300 -> 117 trained).
     # Digits are split into single tokens first (as Gemma's own tokenizer does). Without this, BPE learned
     # pieces like `":"2026-0` and `5-1`, so the date 2026-05-14 (which the model must write from "14 May")
     # and every id, price and time came out as a different mix of digit chunks per value; with single
