@@ -18,7 +18,7 @@ untrained model scores 0.00 on both every time. Stage-1 success
 is not asserted because nothing that fits in ~2 minutes here reaches it: a never-pretrained model first needs
 copy pretraining (`cells.training.induction`, ~1,700 steps / ~2.4 min before the loss drops) to copy the payment
 token and ids out of tool results, and then ~15 minutes of SFT; the cpu-learn run's held-out checkpoints were
-20% / 28% / 67% / 92% success at 6 / 12 / 18 / 22 minutes of SFT (README, "The learning run"), 3.3% at 2.7 min of
+35% / 52% / 83% / 87% success at 5 / 10 / 16 / 21 minutes of SFT (README, "The learning run"), 3.3% at 2.7 min of
 SFT after copy pretraining in a shorter run. `tests/test_step_15_train_stage1.py` covers the copy pretraining and
 search drills that make it book.
 """
