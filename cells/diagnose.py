@@ -3,7 +3,8 @@
 Plays the run's saved warm start (`training/warm_start/model`, CPU full warm starts) greedily on the
 warm-start evaluation plan and counts what a booking needs the model to copy correctly: the payment
 token the gateway issued in that episode (every write call carries it) and the goal's slots in the
-search call (cities, dates). Writes `diagnose.json` in the run directory (read by `python -m cells
+search call (cities, dates; the dates also counted apart by one- and two-digit day, since a day 1-9 needs a
+zero the spoken date never shows). Writes `diagnose.json` in the run directory (read by `python -m cells
 results`) and prints it. ~1 min for cpu-learn on 2 CPU cores.
 
 `--failures`: replays the trained model (the run's `export/`, step 24) greedily on every held-out case it
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,10 +33,28 @@ from typing import Any
 
 from cells.errors import DriftCallError
 
+# A goal slot holding a date (`date`, `check_in`, the day of a cab's `pickup_time`): the model writes it in ISO
+# form from a spoken "2 May". Days 1-9 need a zero the utterance never shows, and whether the spoken day has one
+# digit or two is where the 33ffd5d warm start's searches got dates wrong: 10 of 130 one-digit days (`2026-08-01`
+# written `2026-08-11`) against 1 of 292 two-digit ones over 576 probe-range episodes (the reverse, `28` written
+# `02`, also occurs); each of the trained model's 4 wrong bookings in the probe was a wrong date.
+ISO_DAY = re.compile(r"\d{4}-\d{2}-(\d{2})")
+ISO_DATE_CHARS = 10  # "2026-05-02": a datetime slot's date part
+
+
+def date_slot_kind(value: Any) -> str | None:
+    """"one_digit_day" or "two_digit_day" for a slot value that starts with an ISO date, else None."""
+    match = ISO_DAY.match(str(value))
+    if match is None:
+        return None
+    return "one_digit_day" if match.group(1).startswith("0") else "two_digit_day"
+
 
 def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
     """Counts over finished `Episode`s: write calls, those whose `payment_token` was issued in the same episode,
-    searches, those whose arguments equal every goal slot they name, and how the episodes ended."""
+    searches, those whose arguments equal every goal slot they name, the date slots among those arguments and
+    those whose date part is right (by one- and two-digit day: `<kind>_slots`, `<kind>_slots_right`), and how
+    the episodes ended."""
     from cells.step_04_models import GOAL_SEARCH_TOOLS
 
     searches = frozenset(GOAL_SEARCH_TOOLS.values())
@@ -54,6 +74,11 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
                 counts["searches"] += 1
                 counts["searches_with_goal_slots_right"] += all(
                     str(v) == str(slots[k]) for k, v in action.tool_args.items() if k in slots)
+                for key, value in action.tool_args.items():
+                    kind = date_slot_kind(slots[key]) if key in slots else None
+                    if kind is not None:
+                        counts[f"{kind}_slots"] += 1
+                        counts[f"{kind}_slots_right"] += str(value)[:ISO_DATE_CHARS] == str(slots[key])[:ISO_DATE_CHARS]
         counts["episodes"] += 1
         counts["episodes_with_token"] += bool(issued)
         counts["episodes_with_booking"] += bool(episode.bookings)
@@ -91,10 +116,20 @@ def task_failure(task: dict[str, Any]) -> str:
         return "nothing booked"
     if len(candidates) > 1:
         return "several live bookings"
-    missed = [k for k, v in candidates[0].get("slots", {}).items() if not v.get("ok")]
+    missed = list(wrong_slots(task))
     if missed:
         return f"booked, wrong {', '.join(missed)}"
     return f"booked right, ended by {task.get('terminated_by', '?')} without submitting"
+
+
+def wrong_slots(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{slot: {"expected", "actual"}} for each required slot the single live booking got wrong, from the task
+    breakdown ({} when there is not exactly one booking)."""
+    candidates = task.get("candidates") or []
+    if len(candidates) != 1:
+        return {}
+    return {k: {"expected": v.get("expected"), "actual": v.get("actual")}
+            for k, v in candidates[0].get("slots", {}).items() if not v.get("ok")}
 
 
 def episode_row(episode: Any, rewards: Any) -> dict[str, Any]:
@@ -190,12 +225,16 @@ def invented_id_reading(episode: Any, offence: dict[str, Any]) -> dict[str, Any]
 
 
 def offence_row(episode: Any, rewards: Any) -> dict[str, Any] | None:
-    """One played `Episode` with its offences spelt out (`episode_row`, each offence's evidence, each distinct
-    invented id read against what was shown before its first use); None when it committed none."""
+    """One played `Episode` with its offences spelt out (`episode_row`, why its task failed if it did and the
+    booking's wrong slots, each offence's evidence, each distinct invented id read against what was shown before its first use); None when
+    it committed none."""
     offences = rewards.breakdown.get("penalty", {}).get("offences", [])
     if not offences:
         return None
-    return {**episode_row(episode, rewards), "r_task": rewards.r_task, "reward": round(rewards.reward, 4),
+    task = rewards.breakdown.get("task", {})
+    failure = task_failure(task) if rewards.r_task < 1 else None
+    return {**episode_row(episode, rewards), "r_task": rewards.r_task, "failure": failure,
+            "wrong_slots": wrong_slots(task), "reward": round(rewards.reward, 4),
             "evidence": [{"code": o.get("code"), "turn": o.get("turn"), **o.get("evidence", {})} for o in offences],
             "invented_ids": [invented_id_reading(episode, o) for o in _first_per_value(offences, "invented_id")]}
 
@@ -210,11 +249,14 @@ def _first_per_value(offences: list[dict[str, Any]], code: str) -> list[dict[str
 
 
 def probe_offence_summary(rows: list[dict[str, Any] | None], episodes: int) -> dict[str, Any]:
-    """Episodes with an offence out of `episodes` played, per class (an episode counts once per class), every
-    invented id, and the rows themselves (`offence_row`; None for a clean episode)."""
+    """Episodes with an offence out of `episodes` played, per class (an episode counts once per class), those
+    whose task failed by why (`task_failure`: a wrong booking's wrong slot), every invented id, and the rows
+    themselves (`offence_row`; None for a clean episode)."""
     kept = [r for r in rows if r is not None]
     by_code = Counter(code for r in kept for code in set(r["offences"]))
+    by_failure = Counter(r["failure"] for r in kept if r.get("failure"))
     return {"episodes": episodes, "offending_episodes": len(kept), "by_code": dict(by_code.most_common()),
+            "by_failure": dict(by_failure.most_common()),
             "invented_ids": [i for r in kept for i in r["invented_ids"]], "rows": kept}
 
 

@@ -243,6 +243,16 @@ def _generation_lines(reports: Mapping[str, Any], memory: Mapping[str, float] | 
     return lines
 
 
+def _date_slots_clause(diag: dict[str, Any]) -> str:
+    """`diagnose.json`'s search dates by one- and two-digit day, as a clause ("" for a file without them)."""
+    kinds = [(kind, diag.get(f"{kind}_slots")) for kind in ("one_digit_day", "two_digit_day")]
+    if not any(n for _, n in kinds):
+        return ""
+    parts = [f"{diag.get(f'{kind}_slots_right', 0)} of {n} {kind.replace('_', '-', 1).replace('_', ' ')}s"
+             for kind, n in kinds if n]
+    return f" (the dates in them right: {', '.join(parts)})"
+
+
 def failures_line(failures: dict[str, Any]) -> str:
     """One sentence from `diagnose_failures.json` (`python -m cells diagnose --failures`)."""
     def counts(key: str) -> str:
@@ -263,9 +273,11 @@ def probe_offences_line(probe: dict[str, Any]) -> str:
         return f"{i['reading']}: closest shown `{i['nearest_shown']}`, similarity {i['similarity']:.2f}"
 
     ids = "; ".join(f"`{i['value']}` ({reading(i)})" for i in probe.get("invented_ids", []))
+    failed = ", ".join(f"{why} {n}" for why, n in probe.get("by_failure", {}).items())
     return (f"The trained model's offences in the probe (`python -m cells diagnose --probe`: its "
             f"{probe.get('episodes', 0)} probe episodes replayed greedily): {probe.get('offending_episodes', 0)} "
-            f"episodes with any; episodes per class: {codes}." + (f" Invented ids: {ids}." if ids else ""))
+            f"episodes with any; episodes per class: {codes}." + (f" Why their tasks failed: {failed}." if failed else "")
+            + (f" Invented ids: {ids}." if ids else ""))
 
 
 def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Path | None = None) -> str:
@@ -322,8 +334,8 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
                   f"{diag.get('write_calls_with_issued_token', 0)} of {diag.get('write_calls', 0)} booking/order calls "
                   f"carried the payment token the gateway had issued in that episode (a token was issued in "
                   f"{diag.get('episodes_with_token', 0)} episodes); {diag.get('searches_with_goal_slots_right', 0)} "
-                  f"of {diag.get('searches', 0)} searches had every goal slot (cities, dates) right; "
-                  f"{diag.get('episodes_with_booking', 0)} episodes booked anything.", ""]
+                  f"of {diag.get('searches', 0)} searches had every goal slot (cities, dates) right"
+                  f"{_date_slots_clause(diag)}; {diag.get('episodes_with_booking', 0)} episodes booked anything.", ""]
     failures = _load(run_dir, "diagnose_failures.json", required=False)
     if failures:
         parts += [failures_line(failures), ""]

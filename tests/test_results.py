@@ -171,14 +171,60 @@ def test_copy_diagnostics_count_issued_tokens_and_right_slots():
     assert invent["write_calls"] > 0 and invent["write_calls_with_issued_token"] < invent["write_calls"]
 
 
+def test_copy_diagnostics_count_search_dates_by_one_and_two_digit_day():
+    """The expert writes every date right; a player that writes a one-digit day's digit where its zero goes
+    (`2026-05-02` as `2026-05-22`, the warm start's commonest date error) is counted wrong there only."""
+    import re
+
+    from cells.agent.play import play_episode
+    from cells.diagnose import copy_diagnostics, date_slot_kind, offence_row
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_08_rewards import rewards_of
+    from cells.step_10_env import DriftCallEnv
+    from cells.step_11_agent import ExpertPolicy
+
+    assert date_slot_kind("2026-05-02") == "one_digit_day" and date_slot_kind("2026-05-22T10:30") == "two_digit_day"
+    assert date_slot_kind("HYD") is None and date_slot_kind(2) is None
+
+    class DoubledDayPolicy(ExpertPolicy):
+        def act(self, observation, history=None):
+            return re.sub(r'("\d{4}-\d{2}-)0(\d)', r"\1\2\2", super().act(observation, history))
+
+    def played(policy):
+        episodes = []
+        for seed in eval_seeds(24, 1, "en"):
+            env = DriftCallEnv(1, {"en": 1.0})
+            play_episode(env, policy(), seed)
+            episodes.append(env.episode())
+        return episodes
+
+    doubled_episodes = played(DoubledDayPolicy)
+    expert, doubled = copy_diagnostics(played(ExpertPolicy)), copy_diagnostics(doubled_episodes)
+    assert expert["one_digit_day_slots"] > 0 and expert["two_digit_day_slots"] > 0
+    assert expert["one_digit_day_slots_right"] == expert["one_digit_day_slots"]
+    assert expert["two_digit_day_slots_right"] == expert["two_digit_day_slots"]
+    assert doubled["one_digit_day_slots"] == expert["one_digit_day_slots"]
+    assert doubled["one_digit_day_slots_right"] == 0
+    assert doubled["two_digit_day_slots_right"] == doubled["two_digit_day_slots"] == expert["two_digit_day_slots"]
+    # what `diagnose --probe` shows for such a booking: the wrong slot, expected against written
+    rows = [offence_row(ep, rewards_of(ep)) for ep in doubled_episodes]
+    wrong = [r for r in rows if r is not None and r["failure"].startswith("booked, wrong")]
+    assert wrong and all(r["wrong_slots"] for r in wrong)
+    for slot in (s for r in wrong for s in r["wrong_slots"].values()):
+        assert slot["actual"] == re.sub(r"^(\d{4}-\d{2}-)0(\d)", r"\1\2\2", slot["expected"]) != slot["expected"]
+
+
 def test_section_reports_the_diagnosis_when_present(tmp_path):
     run, _, _ = _fake_run(tmp_path)
     (run / "diagnose.json").write_text(json.dumps({"episodes": 60, "write_calls": 153,
                                                    "write_calls_with_issued_token": 0, "episodes_with_token": 60,
                                                    "searches": 62, "searches_with_goal_slots_right": 24,
-                                                   "episodes_with_booking": 0}))
+                                                   "episodes_with_booking": 0, "one_digit_day_slots": 15,
+                                                   "one_digit_day_slots_right": 11, "two_digit_day_slots": 30,
+                                                   "two_digit_day_slots_right": 29}))
     text = results.results_section(run)
     assert "0 of 153 booking/order calls" in text and "24 of 62 searches" in text
+    assert "the dates in them right: 11 of 15 one-digit days, 29 of 30 two-digit days" in text
 
 
 def _scripted_failures(policy, stage=1, n=4):
@@ -261,6 +307,9 @@ def test_section_lists_the_trained_models_probe_offences_when_diagnosed(tmp_path
     text = results.results_section(run)
     assert "its 4 probe episodes replayed greedily): 2 episodes with any; episodes per class: " in text
     assert "invented_id 2" in text and f"`{summary['invented_ids'][0]['value']}` (nothing shown before it)" in text
+    # the invented ids never reach a booking: both tasks fail, and the section says why
+    assert [r["failure"] for r in rows[:2]] == ["nothing booked", "nothing booked"]
+    assert summary["by_failure"] == {"nothing booked": 2} and "Why their tasks failed: nothing booked 2." in text
 
 
 def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, capsys):
