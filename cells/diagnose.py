@@ -40,10 +40,11 @@ from cells.errors import DriftCallError
 # `02`, also occurs); each of the trained model's 4 wrong bookings in the probe was a wrong date.
 ISO_DAY = re.compile(r"\d{4}-\d{2}-(\d{2})")
 ISO_DATE_CHARS = 10  # "2026-05-02": a datetime slot's date part
+DAY_KINDS: dict[str, str] = {"one_digit_day": "one-digit days", "two_digit_day": "two-digit days"}  # -> words
 
 
 def date_slot_kind(value: Any) -> str | None:
-    """"one_digit_day" or "two_digit_day" for a slot value that starts with an ISO date, else None."""
+    """The `DAY_KINDS` key of a slot value that starts with an ISO date, else None."""
     match = ISO_DAY.match(str(value))
     if match is None:
         return None
@@ -77,8 +78,9 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
                 for key, value in action.tool_args.items():
                     kind = date_slot_kind(slots[key]) if key in slots else None
                     if kind is not None:
+                        written, wanted = str(value)[:ISO_DATE_CHARS], str(slots[key])[:ISO_DATE_CHARS]
                         counts[f"{kind}_slots"] += 1
-                        counts[f"{kind}_slots_right"] += str(value)[:ISO_DATE_CHARS] == str(slots[key])[:ISO_DATE_CHARS]
+                        counts[f"{kind}_slots_right"] += written == wanted
         counts["episodes"] += 1
         counts["episodes_with_token"] += bool(issued)
         counts["episodes_with_booking"] += bool(episode.bookings)
@@ -226,8 +228,8 @@ def invented_id_reading(episode: Any, offence: dict[str, Any]) -> dict[str, Any]
 
 def offence_row(episode: Any, rewards: Any) -> dict[str, Any] | None:
     """One played `Episode` with its offences spelt out (`episode_row`, why its task failed if it did and the
-    booking's wrong slots, each offence's evidence, each distinct invented id read against what was shown before its first use); None when
-    it committed none."""
+    booking's wrong slots, each offence's evidence, each distinct invented id read against what was shown
+    before its first use); None when it committed none."""
     offences = rewards.breakdown.get("penalty", {}).get("offences", [])
     if not offences:
         return None

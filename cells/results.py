@@ -245,12 +245,11 @@ def _generation_lines(reports: Mapping[str, Any], memory: Mapping[str, float] | 
 
 def _date_slots_clause(diag: dict[str, Any]) -> str:
     """`diagnose.json`'s search dates by one- and two-digit day, as a clause ("" for a file without them)."""
-    kinds = [(kind, diag.get(f"{kind}_slots")) for kind in ("one_digit_day", "two_digit_day")]
-    if not any(n for _, n in kinds):
-        return ""
-    parts = [f"{diag.get(f'{kind}_slots_right', 0)} of {n} {kind.replace('_', '-', 1).replace('_', ' ')}s"
-             for kind, n in kinds if n]
-    return f" (the dates in them right: {', '.join(parts)})"
+    from cells.diagnose import DAY_KINDS
+
+    parts = [f"{diag.get(f'{kind}_slots_right', 0)} of {diag[f'{kind}_slots']} {words}"
+             for kind, words in DAY_KINDS.items() if diag.get(f"{kind}_slots")]
+    return f" (the dates in them right: {', '.join(parts)})" if parts else ""
 
 
 def failures_line(failures: dict[str, Any]) -> str:
