@@ -15,10 +15,11 @@ wrong slot, booked but never submitted), the tool errors it met and its offences
 cells results` summarises. Seconds for cpu-learn.
 
 `--probe`: replays the trained model greedily on the probe's cases (step 20) and keeps every episode with an
-offence: each offence's evidence, the tool errors met, and each invented id next to the string a tool result
-showed that is most like it (a miscopy, or an id unlike any shown). `probe.json` keeps one example per class;
-this says what all of them were. Writes `diagnose_probe.json`, which `python -m cells results` summarises.
-~40 s for cpu-learn.
+offence: each offence's evidence, the tool errors met, why its task failed with the booking's wrong slots
+(expected against written: a `wrong_booking` is a required slot such as a date or a city written wrong), and
+each invented id next to the string a tool result showed that is most like it (a miscopy, or an id unlike any
+shown). `probe.json` keeps one example per class; this says what all of them were. Writes
+`diagnose_probe.json`, which `python -m cells results` summarises. ~40 s for cpu-learn.
 """
 
 from __future__ import annotations
