@@ -83,15 +83,15 @@ class RecordingTokenizer:
 def stop_prone_policy(cache):
     """`fresh_policy` whose end-of-turn token has a random output row of norm ~0.5 * sqrt(hidden): turns end at
     the cap or early, depending on the context (an untrained model otherwise writes every turn to the cap). The
-    row's seed (3) is picked (by trying seeds 1, 2, 3) for the tiny model of `TINY_BUILD_VERSION` 6 so that the
-    continuous-batching test sees both cases it needs: sampled, some row ends a turn before the others and is fed
-    apart; greedy, the rows end every turn together. Seed 0 stopped no sampled turn once that tokenizer came in."""
+    row's seed must give the continuous-batching test both cases it needs: sampled, some row ends a turn before the
+    others and is fed apart; greedy, the rows end every turn together. Tried on the tiny model of
+    `TINY_BUILD_VERSION` 7, seeds 0, 1 and 4-7 do; 2 and 3 feed no sampled row apart (under build 6 only 3 did)."""
     from cells.agent.rollout import ChatPieces
 
     model, tok = fresh_policy(cache)
     weight = model.get_base_model().get_output_embeddings().weight  # (V, H)
     with torch.no_grad():
-        weight[ChatPieces(tok).stop_ids[0]] = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(3)) / 2
+        weight[ChatPieces(tok).stop_ids[0]] = torch.randn(weight.size(1), generator=torch.Generator().manual_seed(0)) / 2
     return model, tok
 
 
@@ -505,9 +505,11 @@ def test_learning_check_raises_mean_reward(tiny_cache, tmp_path):
                             tokenizer=tok, max_new_tokens_per_turn=MAX_NEW)
         return sum(e.reward for e in res.episodes) / 32
 
-    # 80 steps: with per-episode sampling seeds (the rollout's, since issue 15) 40 steps gained +0.09, +0.13 and
-    # +0.04 on three training seed blocks (this test's first), 80 steps +0.54 (this block) and +0.57
-    trainer = make_trainer(tiny_cache, tmp_path, env_factory, g=8, steps=80, lr=1e-2, enable_adaptive_kl=False)
+    # 120 steps: with per-episode sampling seeds (the rollout's, since issue 15) 40 steps gained +0.09, +0.13 and
+    # +0.04 on three training seed blocks, 80 steps +0.54 and +0.57. With the digit-pair tokenizer (tiny build 7)
+    # the probe's seed picks another target and LoRA init: 80 steps gained -0.01 on this seed (7) and +0.43 to
+    # +0.50 on seeds 1-3; 120 steps +0.52 on seed 7, +0.48 to +0.68 on seeds 1-4.
+    trainer = make_trainer(tiny_cache, tmp_path, env_factory, g=8, steps=120, lr=1e-2, enable_adaptive_kl=False)
     before = mean_reward(trainer.model)
     torch.manual_seed(0)
     trainer.train()

