@@ -159,11 +159,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     # "14 May") and every id, price and time came out as a different mix of digit chunks per value. Split
     # into single digits (as Gemma's own tokenizer does; build 5-6), a value was written the same way
     # everywhere, but a one-digit day cost two decisions, `0` then `2`, and the tiny model wrote the day's
-    # digit where its zero goes (2026-05-02 -> 2026-05-22): 10 of 130 one-digit days wrong against 1 of 292
-    # two-digit days on 576 held-out episodes (`python -m cells diagnose`), and every wrong booking the probe
-    # found. In pairs, `02` and `14` are each one token, a day is one choice, and the same run measured 0 of
-    # 130 wrong. Cost: none; expert conversations shrink 11% (732 -> 650 tokens on 180 of stages 1-3), their
-    # trained part 8% (147 -> 135).
+    # digit where its zero goes (2026-05-02 -> 2026-05-22): a warm start of build 6 wrote 10 of 130 one-digit
+    # days wrong against 1 of 292 two-digit days (its searches on 576 held-out episodes, counted as `python -m
+    # cells diagnose` counts), and three of the probe's four wrong bookings were such dates. In pairs, `02` and
+    # `14` are each one token and a day is one choice: the same warm start trained with pairs wrote 0 of 130
+    # wrong, and the cpu-learn run of build 7 all its dates right. Cost: none; expert conversations shrink 11%
+    # (732 -> 650 tokens on 180 of stages 1-3), their trained part 8% (147 -> 135).
     # String values are split off their keys (JSON_STRING_VALUE). Without this, BPE learned key+value tokens
     # such as `payment_token":"tok_payments.basic_` and `flight_id":"AI-`, so an id the agent writes began with
     # a token that never occurs where the id was shown (`"token":"tok`, `_`, `payments.v`, ...): the first
