@@ -19,7 +19,7 @@ margin. The untrained model scores 0.00 and 0 every time. Stage-1 success
 is not asserted because nothing that fits in ~2 minutes here reaches it: a never-pretrained model first needs
 copy pretraining (`cells.training.induction`, ~1,700 steps / ~2.4 min before the loss drops) to copy the payment
 token and ids out of tool results, and then ~15 minutes of SFT; the cpu-learn run's held-out checkpoints were
-35% / 52% / 83% / 87% success at 5 / 10 / 16 / 21 minutes of SFT (README, "The learning run"), 3.3% at 2.7 min of
+33% / 33% / 87% / 95% success at 6 / 11 / 16 / 22 minutes of SFT (README, "The learning run"), 3.3% at 2.7 min of
 SFT after copy pretraining in a shorter run. `tests/test_step_15_train_stage1.py` covers the copy pretraining and
 search drills that make it book.
 """
@@ -87,7 +87,7 @@ def test_reduced_warm_start_learns_valid_actions_and_working_tool_calls(tmp_path
           f"untrained {untrained} -> warm-started {trained}; loss {result.losses[0]:.2f} -> {result.losses[-1]:.2f}")
 
     assert result.full_model and result.steps == EPISODES // 8
-    assert result.losses[-1] <= result.losses[0] - 3.0  # measured 8.07 -> 1.57
+    assert result.losses[-1] <= result.losses[0] - 3.0  # measured 8.16 -> 1.58 (7.90-8.45 -> 1.26-2.32)
     assert untrained.valid_share <= 0.05 and untrained.ok_calls_per_episode == 0.0  # measured 0.00 / 0
     assert trained.valid_share >= 0.4  # measured 0.71 (0.59-0.77 over the sizes in the docstring)
     assert trained.ok_calls_per_episode >= 0.5  # measured 1.1 (1.1-3.6)
