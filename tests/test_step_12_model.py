@@ -53,6 +53,19 @@ def test_special_tokens_are_single_ids(booted):
     assert tok.padding_side == "left"
 
 
+def test_digits_are_tokens_of_at_most_two_so_a_day_or_month_is_one_token(booted):
+    """A date the agent writes (`"date":"2026-05-02"`, from "2 May") is one token for the month and one for the
+    day, one-digit days included (`02`, not `0` then `2`: see `tiny.DIGIT_PAIRS`); longer numbers split in pairs."""
+    _, tok, _ = booted
+    for month in range(1, 13):
+        for day in range(1, 32):
+            date = f"2026-{month:02d}-{day:02d}"
+            pieces = tok.tokenize(f'{{"date":"{date}"}}')
+            assert f"{month:02d}" in pieces and f"{day:02d}" in pieces, (date, pieces)
+            assert pieces[pieces.index(f"{month:02d}") + 1:][:2] == ["-", f"{day:02d}"], (date, pieces)
+    assert [p for p in tok.tokenize('{"fare_inr":45990}') if p.isdigit()] == ["45", "99", "0"]
+
+
 def test_chat_template_folds_system_and_adds_generation_prompt(booted):
     _, tok, _ = booted
     msgs = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "hi"}]
