@@ -5,7 +5,7 @@ warm start? It reloads the run's warm-started model (`training/warm_start/model`
 with the same `sft_warm_start` on *fresh* expert conversations (a seed block the warm start never used)
 for as many training tokens as the warm start's own measured tokens/s would process in the time the run's
 GRPO stages took (the sum of their per-step `step_time` in `training/metrics.csv`). Its data follow the warm
-start's recipe (stages, languages, turn budgets, search drills: `step_15.sft_plan_item`) on seed blocks the
+start's recipe (stages, languages, turn budgets, both kinds of drills: `step_15.sft_plan_item`) on seed blocks the
 warm start never used, cut to that token budget (`take_token_budget`), so the control's length per example
 is the warm start's and its compute is GRPO's. It then evaluates on exactly the run's evaluation spec
 (`eval_baseline.json`'s cases and decoding) and pairs it:
@@ -64,15 +64,26 @@ def grpo_seconds(metrics_csv: Path) -> float:
     return sum(float((row.get("extra") or {}).get("step_time") or 0.0) for row in read_metrics_csv(metrics_csv))
 
 
-def control_conversations(profile: Any, n: int) -> list[list[dict[str, Any]]]:
-    """`n` fresh expert conversations (plus their search drills), stages split and rendered as the warm start's
-    (`step_15.sft_plan_item`), on seed blocks it never used."""
+def control_plan(profile: Any, n: int) -> list[Any]:
+    """The `EpisodePlanItem`s of `n` fresh expert conversations (plus their drills), stages split as the warm
+    start's (`step_15.sft_plan_item`), on seed blocks it never used."""
     from cells.step_15_train_stage1 import sft_plan_item, stage_split
+
+    return [sft_plan_item(profile, count, stage, CONTROL_SEED_BLOCK + stage - 1)
+            for stage, count in stage_split(n, profile.sft_stages) if count]
+
+
+def control_conversations(profile: Any, n: int) -> list[list[dict[str, Any]]]:
+    """`n` fresh expert conversations (plus their drills), rendered as the warm start's (`control_plan`)."""
     from cells.training.sft_data import generate_conversations
 
-    plan = [sft_plan_item(profile, count, stage, CONTROL_SEED_BLOCK + stage - 1)
-            for stage, count in stage_split(n, profile.sft_stages) if count]
-    return generate_conversations(plan, progress=True)
+    return generate_conversations(control_plan(profile, n), progress=True)
+
+
+def examples_per_conversation(profile: Any) -> float:
+    """Examples (a conversation and its drills of both kinds) per conversation in the warm start's recipe."""
+    plan = control_plan(profile, max(profile.sft_episodes, len(profile.sft_stages)))
+    return sum(item.examples for item in plan) / sum(item.count for item in plan)
 
 
 def control_token_budget(grpo_s: float, warm: dict[str, Any]) -> int:
@@ -81,13 +92,14 @@ def control_token_budget(grpo_s: float, warm: dict[str, Any]) -> int:
 
 
 def conversations_for_budget(budget: int, warm: dict[str, Any], epochs: int, batch_size: int,
-                             search_drills: float = 0.0) -> int:
+                             per_conversation: float = 1.0) -> int:
     """Conversations to generate for `budget` tokens at the warm start's tokens per example (one pass), with a
     10% margin that `take_token_budget` cuts off (drills and stages vary the length per example). Each
-    conversation brings `search_drills` drills, and the warm start's `examples` count those too."""
+    conversation brings its drills, `per_conversation` examples in all (`examples_per_conversation`), and the
+    warm start's `examples` count those too."""
     per_example = float(warm["tokens"]) / (float(warm["examples"]) * max(epochs, 1))
     examples = 1.1 * budget / per_example
-    return max(batch_size, int(examples / (1.0 + search_drills)) + 1)
+    return max(batch_size, int(examples / per_conversation) + 1)
 
 
 def take_token_budget(dataset: Any, budget: int, batch_size: int) -> Any:
@@ -120,7 +132,8 @@ def run_control(run_dir: Path) -> dict[str, Any]:
     warm = json.loads(summary.read_text(encoding="utf-8"))["training"]
     seconds = grpo_seconds(run_dir / "training" / "metrics.csv")
     budget = control_token_budget(seconds, warm)
-    n = conversations_for_budget(budget, warm, profile.sft_epochs, profile.sft_batch_size, profile.sft_search_drills)
+    n = conversations_for_budget(budget, warm, profile.sft_epochs, profile.sft_batch_size,
+                                 examples_per_conversation(profile))
     dataset = take_token_budget(tokenize_all(tokenizer, control_conversations(profile, n), progress=True), budget,
                                 profile.sft_batch_size)
     print(f"[control] GRPO took {seconds / 60:.1f} min = {budget:,} tokens at the warm start's "

@@ -142,6 +142,10 @@ class Profile:
     # system prompt of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often
     # per second of training. 0 = off.
     sft_search_drills: float = 0.0
+    # Per expert conversation of the drifted stages (2-3): a further fresh successful episode cut right after the
+    # expert's recovery from its first refused booking or order call, behind the same one-line system prompt
+    # (`cells.training.sft_data`), so recoveries are seen more often per second of training. 0 = off.
+    sft_recovery_drills: float = 0.0
     sft_learning_rate: float = 1e-4  # warm-start learning rate
     sft_batch_size: int = 0  # conversations per SFT optimiser step; 0 = num_generations (the original behaviour)
     sft_lr_scheduler: str = "constant"  # transformers scheduler name; full warm starts decay (cosine)
@@ -210,9 +214,10 @@ class Profile:
         if len(self.turn_budgets) != 3 or min(self.turn_budgets) < MIN_TURN_BUDGET:
             raise ProfileError(f"profile {self.name!r}: turn_budgets needs one budget per stage (3), each >= "
                                f"{MIN_TURN_BUDGET} (token, search, book, submit), got {self.turn_budgets}")
-        if self.sft_search_drills < 0:
-            raise ProfileError(f"profile {self.name!r}: sft_search_drills must be >= 0 (drills per expert "
-                               f"conversation), got {self.sft_search_drills}")
+        for knob in ("sft_search_drills", "sft_recovery_drills"):
+            if getattr(self, knob) < 0:
+                raise ProfileError(f"profile {self.name!r}: {knob} must be >= 0 (drills per expert conversation), "
+                                   f"got {getattr(self, knob)}")
         if self.warm_start_full and self.lora_modules_to_save:
             raise ProfileError(
                 f"profile {self.name!r}: with warm_start_full the embeddings are trained in the warm start; "
@@ -349,8 +354,13 @@ PROFILES: dict[str, Profile] = {
         # min at the ~24,000 training tokens/s measured quietly. A/B at equal time (4.4M vs 3.9M tokens after the same
         # copy pretraining): drills raised held-out searches with every goal slot right from 6/52 to 39/89 and valid
         # actions from 53% to 71%.
-        sft_episodes=32_000,
+        # 30,000 conversations and 0.15 recovery drills per drifted one (3,000 drills, ~630 tokens each) hold the SFT
+        # tokens of the 32,000 conversations before (a87927b run): its held-out success had plateaued by 80% of the
+        # SFT steps (95.0% at 21.8 min and at the end), while its model repeated the refused call after 6 of 10
+        # BOOKING_WINDOW_CLOSED refusals, which ~1,400 such recoveries in its conversations had not taught.
+        sft_episodes=30_000,
         sft_search_drills=2.0,
+        sft_recovery_drills=0.15,
         sft_learning_rate=3e-3,
         sft_warmup_ratio=0.03,
         warm_start_eval_per_cell=4,  # 20 held-out episodes per stage: success per stage after the warm start

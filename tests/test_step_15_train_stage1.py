@@ -618,6 +618,53 @@ def test_search_drills_reach_the_warm_start_from_the_profile(tmp_path):
         dataclasses.replace(profile, sft_search_drills=-1.0)
 
 
+def test_recovery_drills_end_at_the_experts_new_choice_after_a_refusal_listing_what_is_available():
+    from cells.actions import parse_action
+    from cells.agent.prompt import format_now
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_04_models import GOAL_WRITE_TOOLS
+    from cells.step_07_tasks import generate
+    from cells.training.sft_data import RECOVERY_SEED_OFFSET, EpisodePlanItem, generate_conversations
+
+    weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
+    item = EpisodePlanItem(3, 4, weights, 0, recovery_drills=1.5)
+    assert item.recoveries == 6 and item.examples == 10
+    mixed = generate_conversations([item])
+    plain = generate_conversations([dataclasses.replace(item, recovery_drills=0.0)])
+    drills = [m for m in mixed if m[0]["content"].startswith("Now: ")]
+    assert len(mixed) == 10 and len(drills) == 6
+    assert [m for m in mixed if m not in drills] == plain  # the conversations are unchanged, drills spread among them
+    scanned = (generate(TRAIN_SEEDS.seed(RECOVERY_SEED_OFFSET + i), 3, dict(weights)) for i in range(40 * 6 + 100))
+    goals = {goal.seed_utterance: goal for goal in scanned}
+    for drill in drills:
+        refused = json.loads(next(m["content"] for m in drill if '"available"' in m["content"]).removeprefix(
+            "[tool_result] "))
+        assert refused["status"] != "ok" and refused["available"]
+        goal = goals[drill[1]["content"]]
+        assert drill[0] == {"role": "system", "content": format_now(goal.now)}
+        refusal = next(i for i, m in enumerate(drill) if m["role"] == "user" and '"available"' in m["content"])
+        before, after = parse_action(drill[refusal - 1]["content"]), parse_action(drill[-1]["content"])
+        assert before.tool_name == refused["tool"] == GOAL_WRITE_TOOLS[goal.domain]
+        assert drill[-1]["role"] == "assistant" and after.tool_name == before.tool_name
+        assert len(drill) - refusal in (2, 4)  # the new call next, or after one word to the user
+        chosen = {k: v for k, v in after.tool_args.items() if v in refused["available"]}
+        assert chosen and after.tool_args != before.tool_args  # a new choice among what is available, not a repeat
+
+
+def test_recovery_drills_come_from_the_drifted_stages_of_the_profile():
+    from cells.agent.play import PlayError, collect_expert
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_15_train_stage1 import sft_plan_item
+
+    profile = dataclasses.replace(get_profile("cpu-smoke"), sft_recovery_drills=0.5)
+    assert [sft_plan_item(profile, 10, stage, stage - 1).recoveries for stage in (1, 2, 3)] == [0, 5, 5]
+    with pytest.raises(ValueError, match="sft_recovery_drills"):
+        dataclasses.replace(profile, sft_recovery_drills=-0.5)
+    with pytest.raises(PlayError, match="too few recovery drills: 2 of 3 after 221 seeds"):  # > 40 * 3 + 100
+        collect_expert(3, 0, lambda seed: [] if seed in (TRAIN_SEEDS.seed(4), TRAIN_SEEDS.seed(9)) else None,
+                       what="recovery drills", seeds_per_result=40)
+
+
 def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatch):
     import cells.step_14_trainer as step_14
     import cells.step_15_train_stage1 as step_15

@@ -108,17 +108,19 @@ def successful_conversation(env: Any, seed: int, min_reward: float) -> list[dict
 
 
 def collect_expert(n: int, start: int, make: Callable[[int], list[dict[str, str]] | None],
-                   what: str = "conversations", on_found: Callable[[], object] | None = None
-                   ) -> list[list[dict[str, str]]]:
+                   what: str = "conversations", on_found: Callable[[], object] | None = None,
+                   seeds_per_result: int = 4) -> list[list[dict[str, str]]]:
     """`n` results of `make(seed)` that are not None, over consecutive training seeds from index `start`
-    (`TRAIN_SEEDS.seed`); `on_found` is called for each. Raises `PlayError` when the expert fails too often."""
+    (`TRAIN_SEEDS.seed`); `on_found` is called for each. Raises `PlayError` after `seeds_per_result * n + 100`
+    seeds without `n` results (the expert fails too often, or `make` accepts too few seeds)."""
     from cells.step_02_profiles import TRAIN_SEEDS
 
     out: list[list[dict[str, str]]] = []
     index = start
     while len(out) < n:
-        if index - start > 4 * n + 100:
-            raise PlayError(f"expert failed too often: {len(out)} of {n} {what} after {index - start} seeds")
+        if index - start > seeds_per_result * n + 100:
+            raise PlayError(f"too few {what}: {len(out)} of {n} after {index - start} seeds (the expert failed "
+                            "too often, or too few seeds qualify)")
         messages = make(TRAIN_SEEDS.seed(index))
         index += 1
         if messages is not None:

@@ -11,6 +11,17 @@
   conversation. A drill is ~150 tokens and ends with that turn, so the same compute shows the mapping several
   times more often. The utterance keeps its distance to the search call, and the time line its distance to the
   utterance, as in the full prompt.
+- Recovery drills (`recovery_drills` per conversation, a profile knob; the warm start asks for them in the drifted
+  stages 2-3 only): a further fresh expert episode that succeeded although a booking or order call was refused
+  with a list of the options still `available` (`BOOKING_WINDOW_CLOSED`, `VEHICLE_CLASS_UNAVAILABLE`,
+  `ROOM_TYPE_UNAVAILABLE`), up to and including the expert's next call to that tool (the new choice: its rule
+  applied to what is still available; a word to the user about a drift may come first), behind the same
+  one-line system prompt. Why these refusals only: over 200
+  drifted probe-range episodes the cpu-learn model trained at a87927b sent the same call again after 6 of its 10
+  `BOOKING_WINDOW_CLOSED` refusals but after none of 102 others (missing fields, scopes, MFA, GSTIN: one fix of
+  an argument, which full conversations teach well); the repeats were the run's probe offences. Only ~6.5% of
+  stage-2/3 expert episodes meet such a refusal, so the drills scan ~15 seeds each (`CHOICE_DRILL_SEEDS_PER`);
+  a drill is ~560 tokens (the search result it chooses from is most of it).
 - `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
   progress bar. Rendering the chat template prefix by prefix (Jinja) is ~60% of that time and cannot be
   batched, so from `PARALLEL_MIN` conversations on, chunks go to forked worker processes, one per core
@@ -39,6 +50,7 @@ IGNORE_INDEX = -100
 
 
 DRILL_SEED_OFFSET = 50_000_000  # drills of a plan item start this far into its seed block (conversations: at 0)
+RECOVERY_SEED_OFFSET = 75_000_000  # and its recovery drills this far (they scan ~15 seeds a drill)
 
 
 @dataclass(frozen=True)
@@ -52,10 +64,20 @@ class EpisodePlanItem:
     seed: int  # first training-seed index of this item (disjoint blocks per stage)
     search_drills: float = 0.0
     max_turns: int | None = None  # the profile's turn budget for the stage (None: the env's default)
+    recovery_drills: float = 0.0
 
     @property
     def drills(self) -> int:
         return round(self.count * self.search_drills)
+
+    @property
+    def recoveries(self) -> int:
+        return round(self.count * self.recovery_drills)
+
+    @property
+    def examples(self) -> int:
+        """Conversations plus both kinds of drills."""
+        return self.count + self.drills + self.recoveries
 
 
 Messages = list[dict[str, str]]
@@ -82,8 +104,42 @@ def search_drill(env: Any, seed: int) -> Messages | None:
     return [{"role": "system", "content": format_now(env.goal.now)}, *messages[1:]]
 
 
+CHOICE_DRILL_SEEDS_PER = 40  # seeds scanned per recovery drill at most (~15 needed: 6.4-6.7% of drifted seeds)
+
+
+def choice_recovery_turn(episode: Any) -> int | None:
+    """The turn of the next call to the same tool after the episode's first booking or order call refused with a
+    list of the options still `available`; None without such a refusal or such a call."""
+    from cells.step_04_models import GOAL_WRITE_TOOLS
+
+    writes = set(GOAL_WRITE_TOOLS.values())
+    refusal = next((r for r in episode.results if r.tool_name in writes and not r.ok and "available" in r.response),
+                   None)
+    if refusal is None:
+        return None
+    return next((a.turn for a in episode.actions if a.turn > refusal.turn and a.action is not None
+                 and a.action.tool_name == refusal.tool_name), None)
+
+
+def recovery_drill(env: Any, seed: int, min_reward: float) -> Messages | None:
+    """The expert's successful episode on `seed` up to its next call to the tool that refused it with the options
+    still `available` (the new choice; a word to the user about a drift may come first), behind a system prompt of
+    only the caller's time; None when no such refusal happened or the episode earned less than `min_reward`."""
+    from cells.agent.play import play_episode, successful_conversation
+    from cells.agent.policies.expert import ExpertPolicy
+    from cells.agent.prompt import format_now
+
+    episode, _ = play_episode(env, ExpertPolicy(), seed)  # cheap test first: most seeds meet no such refusal
+    turn = choice_recovery_turn(episode)
+    messages = None if turn is None else successful_conversation(env, seed, min_reward)
+    if turn is None or messages is None:
+        return None
+    # messages: system, utterance, then turn k's action at index 2k and the observation after it at 2k + 1
+    return [{"role": "system", "content": format_now(env.goal.now)}, *messages[1:2 * turn + 1]]
+
+
 def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Messages]:
-    """One plan item's conversations, with its drills spread evenly among them."""
+    """One plan item's conversations, with its drills (both kinds) spread evenly among them."""
     from cells.agent.play import collect_expert, successful_conversation
     from cells.step_10_env import DriftCallEnv
 
@@ -92,19 +148,21 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
                            on_found=bar.update)
     drills = collect_expert(item.drills, item.seed + DRILL_SEED_OFFSET, lambda seed: search_drill(env, seed),
                             what="drills", on_found=bar.update)
-    keyed = [((i + 0.5) / len(convs), c) for i, c in enumerate(convs)]
-    keyed += [((j + 0.5) / len(drills), d) for j, d in enumerate(drills)]
+    recoveries = collect_expert(item.recoveries, item.seed + RECOVERY_SEED_OFFSET,
+                                lambda seed: recovery_drill(env, seed, min_reward), what="recovery drills",
+                                on_found=bar.update, seeds_per_result=CHOICE_DRILL_SEEDS_PER)
+    keyed = [((i + 0.5) / len(group), m) for group in (convs, drills, recoveries) for i, m in enumerate(group)]
     return [m for _, m in sorted(keyed, key=lambda pair: pair[0])]
 
 
 def generate_conversations(plan: Sequence[EpisodePlanItem], progress: bool = False,
                            min_reward: float = 0.5) -> list[Messages]:
-    """Expert conversations (and search drills) for every plan item, interleaved by stage (1, 2, 3, 1, ...).
+    """Expert conversations (and drills) for every plan item, interleaved by stage (1, 2, 3, 1, ...).
 
     Same rendering and filter as `cells.agent.play.expert_conversations` (episodes the expert failed,
     reward < `min_reward`, are skipped), with one progress bar over the whole plan.
     """
-    bar = progress_bar(sum(i.count + i.drills for i in plan), "expert episodes", enabled=progress, leave=False)
+    bar = progress_bar(sum(i.examples for i in plan), "expert episodes", enabled=progress, leave=False)
     per_item = [_expert_chunk(item, bar, min_reward) for item in plan]
     bar.close()
     longest = max((len(c) for c in per_item), default=0)
