@@ -54,7 +54,7 @@ def _cmd_control(args: argparse.Namespace) -> int:
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from cells.diagnose import main as diagnose_main
 
-    return diagnose_main(["--run-dir", args.run_dir] + [f"--{k}" for k in ("failures", "probe") if getattr(args, k)])
+    return diagnose_main(args.extra)  # its flags live in its own parser: `python -m cells diagnose --help`
 
 
 def _non_negative(text: str) -> int:
@@ -105,11 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/control.py)")
     p_control.add_argument("--run-dir", default="runs/cpu-learn")
     p_control.set_defaults(func=_cmd_control)
-    p_diag = sub.add_parser("diagnose", help="what a CPU run's warm start copies wrong (cells/diagnose.py)")
-    p_diag.add_argument("--run-dir", default="runs/cpu-learn")
-    which = p_diag.add_mutually_exclusive_group()
-    which.add_argument("--failures", action="store_true", help="replay the trained model's failed held-out episodes")
-    which.add_argument("--probe", action="store_true", help="replay the trained model's probe episodes with an offence")
+    p_diag = sub.add_parser("diagnose", add_help=False, help="where a CPU run's models fail: copies, failures, probe "
+                                                             "offences, refusals (cells/diagnose.py; --help there)")
     p_diag.set_defaults(func=_cmd_diagnose)
     p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
     p_serve.add_argument("--host", default="127.0.0.1")
@@ -121,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--env-workers", type=_non_negative, default=0,
                          help="run the sessions' envs in N worker processes (0: on the event loop; see README)")
     p_serve.set_defaults(func=_cmd_serve)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "func", None) is not _cmd_diagnose:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra  # diagnose's own arguments, parsed by cells.diagnose.main
     from cells.errors import DriftCallError
 
     try:

@@ -20,6 +20,13 @@ offence: each offence's evidence, the tool errors met, why its task failed with 
 each invented id next to the string a tool result showed that is most like it (a miscopy, or an id unlike any
 shown). `probe.json` keeps one example per class; this says what all of them were. Writes
 `diagnose_probe.json`, which `python -m cells results` summarises. ~40 s for cpu-learn.
+
+`--refusals [--episodes 300]`: plays the trained model greedily on drifted cases (stages 2 and 3 in turn) of the
+probe range, after the probe's own, and reads what it did after the first booking or order call a vendor refused
+in each episode (timeouts aside: their fix is the identical call): per error code, how often it sent the same call
+to that tool again unchanged, and how often the episode still booked. The probe's `repeated_call` offences were
+such repeats; this counts them over many more refusals. Writes `diagnose_refusals.json`, which `python -m cells
+results` summarises. ~2 min for cpu-learn.
 """
 
 from __future__ import annotations
@@ -292,6 +299,71 @@ def diagnose_probe(run_dir: Path) -> dict[str, Any]:
     return summary
 
 
+REFUSAL_CASES_FROM = 10_000  # probe-range index of the first `--refusals` case, clear of the probe's own cases
+
+
+def refusal_cases(n: int) -> tuple[Any, ...]:
+    """`n` drifted cases from the probe range (from `REFUSAL_CASES_FROM`), stages 2 and 3 in turn, languages as
+    generated."""
+    from cells.evaluation.runner import EvalCase
+    from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
+    from cells.step_07_tasks import generate
+
+    cases = []
+    for i in range(n):
+        seed, stage = PROBE_SEEDS.seed(REFUSAL_CASES_FROM + i), 2 + i % 2
+        language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
+        cases.append(EvalCase(seed, stage, language))
+    return tuple(cases)
+
+
+def first_refusal(episode: Any) -> dict[str, Any] | None:
+    """The episode's first booking or order call a vendor refused (a timeout is no refusal): its error code,
+    whether the next call to that tool sent the same arguments again, and whether the episode booked."""
+    from cells.step_04_models import GOAL_WRITE_TOOLS, ToolStatus, canonical_json
+
+    writes = set(GOAL_WRITE_TOOLS.values())
+    refusal = next((r for r in episode.results
+                    if r.tool_name in writes and r.status not in (ToolStatus.OK, ToolStatus.TIMEOUT)), None)
+    if refusal is None:
+        return None
+    calls = [a for a in episode.actions if a.action is not None and a.action.tool_name == refusal.tool_name]
+    refused = next(a for a in calls if a.turn == refusal.turn)
+    after = next((a for a in calls if a.turn > refusal.turn), None)
+    repeated = after is not None and canonical_json(after.action.tool_args) == canonical_json(refused.action.tool_args)
+    return {"code": refusal.error_code, "repeated": repeated, "booked": bool(episode.bookings)}
+
+
+def refusal_summary(episodes: Iterable[Any]) -> dict[str, Any]:
+    """`first_refusal` over finished `Episode`s: episodes, refusals, repeats and bookings in all and per error code
+    (most refused first)."""
+    played, rows = 0, []
+    for episode in episodes:
+        played += 1
+        if (row := first_refusal(episode)) is not None:
+            rows.append(row)
+    by_code: dict[str, dict[str, int]] = {}
+    for code, _ in Counter(r["code"] for r in rows).most_common():
+        mine = [r for r in rows if r["code"] == code]
+        by_code[code] = {"refused": len(mine), "repeated": sum(r["repeated"] for r in mine),
+                         "booked": sum(r["booked"] for r in mine)}
+    return {"episodes": played, "refused": len(rows), "repeated": sum(r["repeated"] for r in rows),
+            "booked": sum(r["booked"] for r in rows), "by_code": by_code}
+
+
+def diagnose_refusals(run_dir: Path, episodes: int = 300) -> dict[str, Any]:
+    """Play the exported trained model on `refusal_cases(episodes)`; write and return `diagnose_refusals.json`."""
+    from cells.evaluation.runner import play_greedy
+
+    if episodes < 1:
+        raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
+    run_dir = Path(run_dir)
+    profile, model, tokenizer = load_trained(run_dir, "profile.json")
+    summary = refusal_summary(play_greedy(model, tokenizer, refusal_cases(episodes), profile).episodes)
+    (run_dir / "diagnose_refusals.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", default="runs/cpu-learn")
@@ -300,8 +372,14 @@ def main(argv: list[str] | None = None) -> int:
                        help="replay the trained model's failed held-out episodes instead (diagnose_failures.json)")
     which.add_argument("--probe", action="store_true",
                        help="replay the trained model's probe episodes with an offence instead (diagnose_probe.json)")
+    which.add_argument("--refusals", action="store_true",
+                       help="what the trained model does after a refused booking call, on drifted probe-range cases "
+                            "(diagnose_refusals.json)")
+    parser.add_argument("--episodes", type=int, default=300, help="cases --refusals plays (default 300)")
     args = parser.parse_args(argv)
-    if args.probe:
+    if args.refusals:
+        print(json.dumps(diagnose_refusals(Path(args.run_dir), args.episodes), indent=1))
+    elif args.probe:
         summary = diagnose_probe(Path(args.run_dir))
         print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1, ensure_ascii=False))
     elif args.failures:

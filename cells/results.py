@@ -212,6 +212,19 @@ def _minutes(timings: Mapping[str, float] | None, reused: bool = False) -> str:
     return f"{sum(timings.values()) / 60:.1f} min in all ({'; '.join(parts)} min)"
 
 
+def _examples_what(profile: dict[str, Any], examples: int) -> str:
+    """What a warm start's `examples` were: fresh conversations and, from the profile's knobs, its drills by kind."""
+    conversations = int(profile.get("sft_episodes") or examples)
+    drills = examples - conversations
+    if drills <= 0:
+        return "fresh expert conversations"
+    searches = round(conversations * float(profile.get("sft_search_drills") or 0.0))
+    kinds = [f"{searches:,} search drills"] if searches else []
+    if drills - searches > 0:
+        kinds.append(f"{drills - searches:,} recovery drills")
+    return f"examples ({conversations:,} fresh expert conversations + {' + '.join(kinds)})"
+
+
 def _how_run(name: str, run_dir: Path, timings: Mapping[str, float] | None, warm: Mapping[str, Any]) -> str:
     """The header sentence: the commands behind the run directory and its wall time; a reused warm start says
     so and names its own recorded minutes, which the steps' wall time does not contain."""
@@ -279,6 +292,17 @@ def probe_offences_line(probe: dict[str, Any]) -> str:
             + (f" Invented ids: {ids}." if ids else ""))
 
 
+def refusals_line(refusals: dict[str, Any]) -> str:
+    """One sentence from `diagnose_refusals.json` (`python -m cells diagnose --refusals`)."""
+    codes = "; ".join(f"{code} {c['repeated']} of {c['refused']} (booked {c['booked']})"
+                      for code, c in refusals.get("by_code", {}).items()) or "none"
+    return (f"After a refused booking or order call (`python -m cells diagnose --refusals`: the trained model on "
+            f"{refusals.get('episodes', 0)} drifted probe-range episodes, greedy, the first refusal of each): it "
+            f"sent the same call again unchanged after {refusals.get('repeated', 0)} of {refusals.get('refused', 0)} "
+            f"refusals, and {refusals.get('booked', 0)} of those episodes still booked. By error code, repeated of "
+            f"refused: {codes}.")
+
+
 def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Path | None = None) -> str:
     """The README results section (markers included) for the finished run in `run_dir`."""
     run_dir = Path(run_dir)
@@ -294,9 +318,7 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
              f"{_how_run(name, run_dir, timings, warm)}", ""]
     training = warm.get("training")
     if training:
-        drills = training["examples"] - int(profile.get("sft_episodes") or training["examples"])
-        what = (f"{training['examples']:,} examples ({training['examples'] - drills:,} fresh expert conversations + "
-                f"{drills:,} search drills)" if drills > 0 else f"{training['examples']:,} fresh expert conversations")
+        what = f"{training['examples']:,} {_examples_what(profile, training['examples'])}"
         parts += [f"Warm start: {what}, {training['tokens']:,} tokens "
                   f"({training['trained_tokens']:,} trained), {training['steps']:,} optimiser steps in "
                   f"{_duration(training['seconds'])} ({training['tokens_per_s']:,.0f} training tokens/s).", ""]
@@ -341,6 +363,9 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     probe_offences = _load(run_dir, "diagnose_probe.json", required=False)
     if probe_offences:
         parts += [probe_offences_line(probe_offences), ""]
+    refusals = _load(run_dir, "diagnose_refusals.json", required=False)
+    if refusals:
+        parts += [refusals_line(refusals), ""]
     if reports.get("paired_grpo_vs_control"):
         control = (reports.get("control") or {}).get("control") or {}
         took = (f"; it took {control['seconds'] / 60:.1f} min here ({control['tokens']:,} tokens, "

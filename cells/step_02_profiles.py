@@ -356,8 +356,9 @@ PROFILES: dict[str, Profile] = {
         # actions from 53% to 71%.
         # 30,000 conversations and 0.15 recovery drills per drifted one (3,000 drills, ~630 tokens each) hold the SFT
         # tokens of the 32,000 conversations before (a87927b run): its held-out success had plateaued by 80% of the
-        # SFT steps (95.0% at 21.8 min and at the end), while its model repeated the refused call after 6 of 10
-        # BOOKING_WINDOW_CLOSED refusals, which ~1,400 such recoveries in its conversations had not taught.
+        # SFT steps (95.0% at 21.8 min and at the end), while its model repeated the refused call after 7 of 14
+        # BOOKING_WINDOW_CLOSED refusals (`diagnose --refusals`), which the ~1,400 such recoveries in its conversations
+        # (6.5% of ~21,000 drifted ones) had not taught. With the drills (74e10d7 run): 1 of 12.
         sft_episodes=30_000,
         sft_search_drills=2.0,
         sft_recovery_drills=0.15,

@@ -42,17 +42,21 @@ def test_control_data_never_reuses_warm_start_seeds():
     assert first not in warm_start_blocks and TRAIN_SEEDS.seed(first) >= 0
 
 
-def test_control_data_follow_the_warm_starts_recipe_with_its_search_drills():
-    """Same recipe as step 15 (drills, turn budgets), so the control's length per example is the warm start's."""
+def test_control_data_follow_the_warm_starts_recipe_with_its_drills():
+    """Same recipe as step 15 (both kinds of drills, turn budgets), so the control's length per example is the warm
+    start's."""
     from cells.step_15_train_stage1 import sft_plan_item
     from cells.training.sft_data import generate_conversations
 
     profile = get_profile("cpu-learn")
-    assert profile.sft_search_drills > 0
-    convs = control.control_conversations(profile, 3)  # one conversation per stage, each with its drills
-    assert len(convs) == 3 * (1 + round(profile.sft_search_drills))
-    warm_recipe = generate_conversations([sft_plan_item(profile, 1, 2, control.CONTROL_SEED_BLOCK + 1)])
-    assert warm_recipe == convs[1::3]  # stage 2's share is exactly step 15's recipe on the control's block
+    assert (profile.sft_search_drills, profile.sft_recovery_drills) == (2.0, 0.15)
+    convs = control.control_conversations(profile, 30)  # ten conversations per stage, each with its drills
+    warm_recipe = generate_conversations([sft_plan_item(profile, 10, 2, control.CONTROL_SEED_BLOCK + 1)])
+    assert sum(m[0]["content"].startswith("Now: ") for m in warm_recipe) == 20 + 2  # search + recovery drills
+    assert [m for m in convs if m in warm_recipe] == warm_recipe  # stage 2's share is exactly step 15's recipe
+    assert len(convs) == 30 + 32 + 32  # stage 1 draws no recovery drills
+    # 3.1 at the profile's scale; here ten conversations round 1.5 recovery drills up to 2
+    assert control.examples_per_conversation(profile) == pytest.approx(len(convs) / 30, rel=0.02)
 
 
 def test_control_is_cut_to_its_token_budget():
@@ -63,7 +67,7 @@ def test_control_is_cut_to_its_token_budget():
     assert budget == 10_000
     assert control.conversations_for_budget(budget, warm, epochs=1, batch_size=8) == 28  # 25 + 10% margin
     assert control.conversations_for_budget(budget, warm, epochs=2, batch_size=8) == 56  # tokens counted both passes
-    assert control.conversations_for_budget(budget, warm, epochs=1, batch_size=8, search_drills=2.0) == 10  # + 20 drills
+    assert control.conversations_for_budget(budget, warm, epochs=1, batch_size=8, per_conversation=3.0) == 10  # + 20 drills
     data = Dataset.from_dict({"length": [400] * 28})
     assert len(control.take_token_budget(data, budget, batch_size=8)) == 25
     assert len(control.take_token_budget(data, 100, batch_size=8)) == 8  # at least one batch

@@ -68,6 +68,10 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
     profile = json.loads((run / "profile.json").read_text())
     (run / "profile.json").write_text(json.dumps({**profile, "sft_episodes": 60, "sft_search_drills": 0.67}))
     assert "100 examples (60 fresh expert conversations + 40 search drills)" in results.results_section(run)
+    (run / "profile.json").write_text(json.dumps({**profile, "sft_episodes": 50, "sft_search_drills": 0.8,
+                                                  "sft_recovery_drills": 0.3}))
+    assert "100 examples (50 fresh expert conversations + 40 search drills + 10 recovery drills)" in (
+        results.results_section(run))
 
 
 def test_a_reused_warm_start_is_named_with_its_own_minutes(tmp_path):
@@ -217,6 +221,41 @@ def test_copy_diagnostics_count_search_dates_by_one_and_two_digit_day():
         assert slot["actual"] == doubled_day(slot["expected"]) != slot["expected"]
 
 
+def test_refusal_summary_counts_the_same_call_sent_again_after_a_refused_booking():
+    """The naive player answers a refused booking with one identical retry; the expert never does."""
+    from cells.agent.play import play_episode
+    from cells.diagnose import refusal_cases, refusal_summary
+    from cells.step_10_env import DriftCallEnv
+    from cells.step_11_agent import ExpertPolicy, NaivePolicy
+
+    cases = refusal_cases(30)
+    assert [c.stage for c in cases[:4]] == [2, 3, 2, 3]
+
+    def summary(policy):
+        return refusal_summary(play_episode(DriftCallEnv(c.stage, {c.language: 1.0}), policy(), c.seed)[0]
+                               for c in cases)
+
+    expert, naive = summary(ExpertPolicy), summary(NaivePolicy)
+    assert expert["episodes"] == naive["episodes"] == 30
+    assert expert["refused"] >= 5 and expert["repeated"] == 0 and expert["booked"] >= expert["refused"] - 2
+    assert naive["refused"] >= 5 and naive["repeated"] == naive["refused"] and naive["booked"] < naive["refused"]
+    for counts in (expert, naive):
+        assert sum(c["refused"] for c in counts["by_code"].values()) == counts["refused"]
+        assert "TIMEOUT" not in counts["by_code"]  # a timeout's fix is the identical call: no refusal
+
+
+def test_section_reports_what_the_model_did_after_refusals_when_present(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    assert "--refusals" not in results.results_section(run)
+    (run / "diagnose_refusals.json").write_text(json.dumps({
+        "episodes": 300, "refused": 170, "repeated": 7, "booked": 150,
+        "by_code": {"MISSING_REQUIRED_FIELD": {"refused": 80, "repeated": 0, "booked": 75},
+                    "BOOKING_WINDOW_CLOSED": {"refused": 14, "repeated": 6, "booked": 7}}}))
+    text = results.results_section(run)
+    assert "on 300 drifted probe-range episodes" in text and "after 7 of 170 refusals" in text
+    assert "MISSING_REQUIRED_FIELD 0 of 80 (booked 75); BOOKING_WINDOW_CLOSED 6 of 14 (booked 7)" in text
+
+
 def test_section_reports_the_diagnosis_when_present(tmp_path):
     run, _, _ = _fake_run(tmp_path)
     (run / "diagnose.json").write_text(json.dumps({"episodes": 60, "write_calls": 153,
@@ -330,6 +369,10 @@ def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, cap
     assert "is missing: run the pipeline through step 24 first" in capsys.readouterr().err
     assert main(["diagnose", "--probe", "--run-dir", str(run)]) == 2
     assert "export is missing: run the pipeline through step 24 first" in capsys.readouterr().err
+    assert main(["diagnose", "--run-dir", str(run), "--refusals", "--episodes", "5"]) == 2  # diagnose's own flags
+    assert "export is missing: run the pipeline through step 24 first" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # only diagnose takes flags its subcommand does not declare
+        main(["control", "--run-dir", str(run), "--refusals"])
 
 
 def test_a_pretrained_model_run_labels_its_baseline_and_reports_generation_speed(tmp_path):

@@ -151,3 +151,19 @@ def test_diagnose_probe_replays_the_export_on_the_probe_cases(tmp_path, monkeypa
     (tmp_path / "probe.json").write_text(json.dumps({"n_episodes": 3, "policies": {}}))
     with pytest.raises(DiagnoseError, match="no trained-model row"):
         diagnose_probe(tmp_path)
+
+
+def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes(tmp_path, monkeypatch):
+    """`python -m cells diagnose --refusals`: the exported model on drifted probe-range cases the probe never plays."""
+    from cells.diagnose import DiagnoseError, diagnose_refusals, refusal_cases
+    from cells.step_20_probe import probe_cases
+
+    assert not {c.seed for c in refusal_cases(200)} & {c.seed for c in probe_cases(1_000)}
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    s24.run(_trained_context(tmp_path))
+    (tmp_path / "profile.json").write_text(json.dumps({"name": "cpu-smoke"}))
+    summary = diagnose_refusals(tmp_path, episodes=2)
+    assert summary["episodes"] == 2 and summary["refused"] >= summary["repeated"] >= 0
+    assert json.loads((tmp_path / "diagnose_refusals.json").read_text(encoding="utf-8")) == summary
+    with pytest.raises(DiagnoseError, match="--episodes must be >= 1"):
+        diagnose_refusals(tmp_path, episodes=0)

@@ -16,10 +16,11 @@
   with a list of the options still `available` (`BOOKING_WINDOW_CLOSED`, `VEHICLE_CLASS_UNAVAILABLE`,
   `ROOM_TYPE_UNAVAILABLE`), up to and including the expert's next call to that tool (the new choice: its rule
   applied to what is still available; a word to the user about a drift may come first), behind the same
-  one-line system prompt. Why these refusals only: over 200
-  drifted probe-range episodes the cpu-learn model trained at a87927b sent the same call again after 6 of its 10
-  `BOOKING_WINDOW_CLOSED` refusals but after none of 102 others (missing fields, scopes, MFA, GSTIN: one fix of
-  an argument, which full conversations teach well); the repeats were the run's probe offences. Only ~6.5% of
+  one-line system prompt. Why these refusals only: on 300 drifted episodes (`python -m cells diagnose
+  --refusals`) the cpu-learn model trained at a87927b sent the same call again after 7 of its 14
+  `BOOKING_WINDOW_CLOSED` refusals but after none of 144 that need one argument fixed (missing fields, scopes,
+  MFA, GSTIN, which full conversations teach well); the repeats were its probe offences. With these drills (the
+  74e10d7 run): 1 of 12, and all 12 episodes booked (4 of 14 before). Only ~6.5% of
   stage-2/3 expert episodes meet such a refusal, so the drills scan ~15 seeds each (`CHOICE_DRILL_SEEDS_PER`);
   a drill is ~560 tokens (the search result it chooses from is most of it).
 - `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
