@@ -142,9 +142,9 @@ class Profile:
     # system prompt of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often
     # per second of training. 0 = off.
     sft_search_drills: float = 0.0
-    # Per expert conversation of the drifted stages (2-3): a further fresh successful episode cut right after the
-    # expert's recovery from its first refused booking or order call, behind the same one-line system prompt
-    # (`cells.training.sft_data`), so recoveries are seen more often per second of training. 0 = off.
+    # Per expert conversation of the drifted stages (2-3): a further fresh successful episode whose booking or order
+    # call was refused with the options still `available`, cut after the expert's new choice, behind the same
+    # one-line system prompt (`cells.training.sft_data`), so that choice is seen more often per second. 0 = off.
     sft_recovery_drills: float = 0.0
     sft_learning_rate: float = 1e-4  # warm-start learning rate
     sft_batch_size: int = 0  # conversations per SFT optimiser step; 0 = num_generations (the original behaviour)

@@ -5,8 +5,8 @@
    each stage's `language_weights`, plus `profile.sft_search_drills` search drills per conversation (a further
    fresh episode cut after its search call behind a system prompt of only the caller's time: the slot mapping,
    city or place or spoken date to its canonical value, seen more often per second) and, in stages 2-3,
-   `profile.sft_recovery_drills` recovery drills (a further fresh episode cut after the expert's recovery from a
-   refused booking call, behind the same prompt); TRL's `SFTTrainer` trains on
+   `profile.sft_recovery_drills` recovery drills (a further fresh episode whose booking call was refused with the
+   options still available, cut after the expert's new choice, behind the same prompt); TRL's `SFTTrainer` trains on
    them once each, batches grouped by length, loss on assistant tokens only (`cells.training.warm_start`,
    `cells.training.sft_data`).
    CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to

@@ -20,9 +20,9 @@
   --refusals`) the cpu-learn model trained at a87927b sent the same call again after 7 of its 14
   `BOOKING_WINDOW_CLOSED` refusals but after none of 144 that need one argument fixed (missing fields, scopes,
   MFA, GSTIN, which full conversations teach well); the repeats were its probe offences. With these drills (the
-  74e10d7 run): 1 of 12, and all 12 episodes booked (4 of 14 before). Only ~6.5% of
-  stage-2/3 expert episodes meet such a refusal, so the drills scan ~15 seeds each (`CHOICE_DRILL_SEEDS_PER`);
-  a drill is ~560 tokens (the search result it chooses from is most of it).
+  74e10d7 run): 1 of 12, and all 12 episodes booked (4 of 14 before). Only ~6.5% of stage-2/3 expert episodes
+  meet such a refusal, so the drills scan ~15 seeds each (`CHOICE_DRILL_SEEDS_PER`); a drill is ~630 tokens (the
+  search result it chooses from is most of it).
 - `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
   progress bar. Rendering the chat template prefix by prefix (Jinja) is ~60% of that time and cannot be
   batched, so from `PARALLEL_MIN` conversations on, chunks go to forked worker processes, one per core
