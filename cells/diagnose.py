@@ -303,23 +303,16 @@ REFUSAL_CASES_FROM = 10_000  # probe-range index of the first `--refusals` case,
 
 
 def refusal_cases(n: int) -> tuple[Any, ...]:
-    """`n` drifted cases from the probe range (from `REFUSAL_CASES_FROM`), stages 2 and 3 in turn, languages as
-    generated."""
-    from cells.evaluation.runner import EvalCase
-    from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
-    from cells.step_07_tasks import generate
+    """`n` drifted cases from the probe range (from `REFUSAL_CASES_FROM`), stages 2 and 3 in turn."""
+    from cells.step_20_probe import probe_cases
 
-    cases = []
-    for i in range(n):
-        seed, stage = PROBE_SEEDS.seed(REFUSAL_CASES_FROM + i), 2 + i % 2
-        language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
-        cases.append(EvalCase(seed, stage, language))
-    return tuple(cases)
+    return probe_cases(n, start=REFUSAL_CASES_FROM, stages=(2, 3))
 
 
 def first_refusal(episode: Any) -> dict[str, Any] | None:
     """The episode's first booking or order call a vendor refused (a timeout is no refusal): its error code,
     whether the next call to that tool sent the same arguments again, and whether the episode booked."""
+    from cells.rewards.common import tool_calls_of
     from cells.step_04_models import GOAL_WRITE_TOOLS, ToolStatus, canonical_json
 
     writes = set(GOAL_WRITE_TOOLS.values())
@@ -327,10 +320,10 @@ def first_refusal(episode: Any) -> dict[str, Any] | None:
                     if r.tool_name in writes and r.status not in (ToolStatus.OK, ToolStatus.TIMEOUT)), None)
     if refusal is None:
         return None
-    calls = [a for a in episode.actions if a.action is not None and a.action.tool_name == refusal.tool_name]
-    refused = next(a for a in calls if a.turn == refusal.turn)
-    after = next((a for a in calls if a.turn > refusal.turn), None)
-    repeated = after is not None and canonical_json(after.action.tool_args) == canonical_json(refused.action.tool_args)
+    calls = [(turn, action) for turn, action in tool_calls_of(episode) if action.tool_name == refusal.tool_name]
+    refused = next(action for turn, action in calls if turn == refusal.turn)
+    after = next((action for turn, action in calls if turn > refusal.turn), None)
+    repeated = after is not None and canonical_json(after.tool_args) == canonical_json(refused.tool_args)
     return {"code": refusal.error_code, "repeated": repeated, "booked": bool(episode.bookings)}
 
 

@@ -30,15 +30,16 @@ class UnknownOffenceWarning(UserWarning):
     """The reward produced an offence code outside the probe's closed set."""
 
 
-def probe_cases(n: int) -> tuple[Any, ...]:
-    """`n` probe cases from the reserved probe range, stages 1-3 in turn, languages as generated."""
+def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3)) -> tuple[Any, ...]:
+    """`n` probe cases from the reserved probe range (from its index `start`), `stages` in turn, languages as
+    generated."""
     from cells.evaluation.runner import EvalCase
     from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
     from cells.step_07_tasks import generate
 
     cases = []
     for i in range(n):
-        seed, stage = PROBE_SEEDS.seed(i), 1 + i % 3
+        seed, stage = PROBE_SEEDS.seed(start + i), stages[i % len(stages)]
         language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
         cases.append(EvalCase(seed, stage, language))
     return tuple(cases)

@@ -97,11 +97,17 @@ def search_drill(env: Any, seed: int) -> Messages | None:
     None when the expert ends the episode without searching."""
     from cells.agent.play import conversation
     from cells.agent.policies.expert import ExpertPolicy
-    from cells.agent.prompt import format_now
 
     messages = conversation(env, ExpertPolicy(), seed, stop_after=is_search_call)
     if not is_search_call(messages[-1]["content"]):
         return None
+    return behind_time_line(env, messages)
+
+
+def behind_time_line(env: Any, messages: Messages) -> Messages:
+    """`messages` with the system prompt cut to its last line, the caller's time (`format_now`) of `env`'s goal."""
+    from cells.agent.prompt import format_now
+
     return [{"role": "system", "content": format_now(env.goal.now)}, *messages[1:]]
 
 
@@ -111,6 +117,7 @@ CHOICE_DRILL_SEEDS_PER = 40  # seeds scanned per recovery drill at most (~15 nee
 def choice_recovery_turn(episode: Any) -> int | None:
     """The turn of the next call to the same tool after the episode's first booking or order call refused with a
     list of the options still `available`; None without such a refusal or such a call."""
+    from cells.rewards.common import tool_calls_of
     from cells.step_04_models import GOAL_WRITE_TOOLS
 
     writes = set(GOAL_WRITE_TOOLS.values())
@@ -118,8 +125,8 @@ def choice_recovery_turn(episode: Any) -> int | None:
                    None)
     if refusal is None:
         return None
-    return next((a.turn for a in episode.actions if a.turn > refusal.turn and a.action is not None
-                 and a.action.tool_name == refusal.tool_name), None)
+    return next((turn for turn, action in tool_calls_of(episode)
+                 if turn > refusal.turn and action.tool_name == refusal.tool_name), None)
 
 
 def recovery_drill(env: Any, seed: int, min_reward: float) -> Messages | None:
@@ -128,7 +135,6 @@ def recovery_drill(env: Any, seed: int, min_reward: float) -> Messages | None:
     only the caller's time; None when no such refusal happened or the episode earned less than `min_reward`."""
     from cells.agent.play import play_episode, successful_conversation
     from cells.agent.policies.expert import ExpertPolicy
-    from cells.agent.prompt import format_now
 
     episode, _ = play_episode(env, ExpertPolicy(), seed)  # cheap test first: most seeds meet no such refusal
     turn = choice_recovery_turn(episode)
@@ -136,7 +142,7 @@ def recovery_drill(env: Any, seed: int, min_reward: float) -> Messages | None:
     if turn is None or messages is None:
         return None
     # messages: system, utterance, then turn k's action at index 2k and the observation after it at 2k + 1
-    return [{"role": "system", "content": format_now(env.goal.now)}, *messages[1:2 * turn + 1]]
+    return behind_time_line(env, messages[:2 * turn + 1])
 
 
 def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Messages]:
