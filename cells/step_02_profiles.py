@@ -339,8 +339,10 @@ PROFILES: dict[str, Profile] = {
         # Stage 1 is ~95% solved by the warm start; drift (stages 2-3) is where it fails. From the same warm start
         # (f1ceed7), 90 stage-3 steps instead of 45 raised the drifted held-out gain from +10.0 to +13.3 pts (stage 2
         # gains too: stage-3 goals carry stage-2 drifts) for ~7 more minutes on a quiet host. With the current reward
-        # (615579b run): +10.0 pts [+3.3, +18.3] on drifted, against +8.3 at (5, 45, 45).
-        steps_per_stage=(5, 45, 90),
+        # (615579b run): +10.0 pts [+3.3, +18.3] on drifted, against +8.3 at (5, 45, 45). Back at (5, 45, 45) for the
+        # 60-min budget: 90 stage-3 steps took 13.1 min (a host where the SFT ran at 17,260 tokens/s), and the 74e10d7 run
+        # at (5, 45, 90) took 72.6 min on a slower one with a gain of +3.3 [+0.0, +8.3] on drifted.
+        steps_per_stage=(5, 45, 45),
         # G=8: GRPO learns only from groups whose episodes earn different rewards, and a failed episode earns
         # exactly 0; at success p an all-fail group has probability (1-p)^G (p=0.3: 24% at G=4, 6% at G=8).
         num_generations=8,
@@ -359,6 +361,9 @@ PROFILES: dict[str, Profile] = {
         # SFT steps (95.0% at 21.8 min and at the end), while its model repeated the refused call after 7 of 14
         # BOOKING_WINDOW_CLOSED refusals (`diagnose --refusals`), which the ~1,400 such recoveries in its conversations
         # (6.5% of ~21,000 drifted ones) had not taught. With the drills (74e10d7 run): 1 of 12.
+        # Not fewer: 18,000 conversations (19M tokens, 18.3 min of SFT) ended at 85.0% on the 60 checkpoint episodes
+        # and 86.7% held-out (94.4% with 30,000 and the version-7 tokenizer): the checkpoints' phase change comes after a number of steps (83.3%
+        # at 14.8 min of that run, 91.7% at 19.1 of the 30,000 run), not at a fraction of the schedule.
         sft_episodes=30_000,
         sft_search_drills=2.0,
         sft_recovery_drills=0.15,

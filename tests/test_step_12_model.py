@@ -146,10 +146,19 @@ def test_corpus_walks_fixtures_and_digest_tracks_it(tmp_path):
     assert tiny.tiny_digest(recipe, texts, 0) != tiny.tiny_digest(recipe, (*texts, "new"), 0)
 
 
-def test_vocab_is_capped_by_recipe():
-    recipe = dataclasses.replace(get_profile("cpu-smoke").tiny, vocab_size=300)
+def test_vocab_is_capped_by_recipe_and_every_digit_pair_is_one_token():
+    recipe = dataclasses.replace(get_profile("cpu-smoke").tiny, vocab_size=512)
     tok = tiny.train_tokenizer(tiny.corpus_texts(include_fixtures=False), recipe.vocab_size)
-    assert len(tok) <= 300
+    assert len(tok) <= 512
+    assert all(len(tok.tokenize(f"{i:02d}")) == 1 for i in range(100))
+    # an id is written with the same pieces wherever it appears: pairs left to right, a lone digit last
+    assert tok.tokenize('{"flight_id":"6E-8860"}')[-3:] == ["88", "60", '"}']
+    assert tok.tokenize("4882")[-2:] == ["48", "82"] and tok.tokenize("48827") == ["48", "82", "7"]
+
+
+def test_a_vocab_too_small_for_the_digit_pairs_is_refused():
+    with pytest.raises(tiny.TokenizerBuildError, match=r"digit pairs \[.*'99'\] unmerged at vocab 300"):
+        tiny.train_tokenizer(tiny.corpus_texts(include_fixtures=False), 300)
 
 
 def test_path_choice(monkeypatch, tmp_path):

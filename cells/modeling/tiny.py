@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from cells.errors import DriftCallError
 from cells.step_02_profiles import TinyModelRecipe
 from cells.step_03_data import DATA_DIR
 from cells.step_04_models import stable_digest
@@ -28,13 +29,21 @@ from cells.step_05_vendors import TOOL_NAMES  # the registry's 16 tools (the cor
 
 # Bump when the tokenizer or model recipe code changes (3: BPE merges across punctuation; 4: built-in
 # samples produced by the prompt, action grammar and vendor errors instead of hand-copied text; 5: digits split;
-# 6: JSON string values split off their keys; 7: digits split into pairs).
-TINY_BUILD_VERSION = 7
+# 6: JSON string values split off their keys; 7: digits split into pairs; 8: every digit pair a token).
+TINY_BUILD_VERSION = 8
 # Digits become pre-tokens of at most two: a month, a day, a two-digit hour each one token. See `train_tokenizer`.
 DIGIT_PAIRS = r"\d{1,2}"
+# All 100 pairs, each seen this often on top of the corpus, so each is merged into one token (see `train_tokenizer`).
+ALL_DIGIT_PAIRS = "".join(f"{i:02d}" for i in range(100))
+DIGIT_PAIR_REPEATS = 1_000
 # A JSON string value (compact separators, as every observation and action is rendered) becomes its own
 # pre-token, so BPE never merges it with the key before it. See `train_tokenizer`.
 JSON_STRING_VALUE = r'(?<=":")[^"]+'
+
+
+class TokenizerBuildError(DriftCallError, RuntimeError):
+    """The trained tokenizer breaks a rule the tiny model relies on (e.g. a digit pair left unmerged)."""
+
 
 BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
 START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
@@ -172,6 +181,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     # `tok_payments.basic_22_c4f9` for an upgraded `tok_payments.v2_c4f9`. Split off, a value tokenizes the same
     # in a tool result and in the call that copies it. Cost: expert conversations grow ~12% (683 -> 767 tokens
     # on 180 of stages 1-3), their trained part ~8% (145 -> 156).
+    # Every pair is made a token (ALL_DIGIT_PAIRS). BPE learns merges by frequency, and the corpus alone left 9 of
+    # the 100 pairs unmerged at vocab 4096 (42, 68, 77, 79, 81, 84, 88, 95, 98): `6E-8860` came out as `8`,`8`,`60`
+    # where `6E-2653` is `26`,`53`, and the 74e10d7 model's probe booked the invented `6E-7860` for a shown
+    # `6E-8860`. The pairs merge only with each other (digits are isolated pre-tokens), so the extra text takes
+    # the places of the 9 least frequent merges and changes nothing else.
+    texts = [*texts, *([ALL_DIGIT_PAIRS] * DIGIT_PAIR_REPEATS)]
     core.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(JSON_STRING_VALUE), behavior="isolated"),
         pre_tokenizers.Split(Regex(DIGIT_PAIRS), behavior="isolated"),
@@ -184,7 +199,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte: nothing is ever unknown
         show_progress=False,
     )
-    core.train_from_iterator(list(texts), trainer=trainer)
+    core.train_from_iterator(texts, trainer=trainer)
+    unmerged = [pair for pair in (ALL_DIGIT_PAIRS[i:i + 2] for i in range(0, 200, 2)) if core.token_to_id(pair) is None]
+    if unmerged:
+        raise TokenizerBuildError(f"the tokenizer left digit pairs {unmerged} unmerged at vocab {vocab_size}; "
+                             "raise DIGIT_PAIR_REPEATS or the vocab size")
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         additional_special_tokens=[START_OF_TURN, END_OF_TURN], padding_side="left",
