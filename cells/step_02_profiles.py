@@ -361,9 +361,9 @@ PROFILES: dict[str, Profile] = {
         # SFT steps (95.0% at 21.8 min and at the end), while its model repeated the refused call after 7 of 14
         # BOOKING_WINDOW_CLOSED refusals (`diagnose --refusals`), which the ~1,400 such recoveries in its conversations
         # (6.5% of ~21,000 drifted ones) had not taught. With the drills (74e10d7 run): 1 of 12.
-        # Not fewer: 18,000 conversations (19M tokens, 18.3 min of SFT) ended at 85.0% on the 60 checkpoint episodes
-        # and 86.7% held-out (94.4% with 30,000 and the version-7 tokenizer): the checkpoints' phase change comes after a number of steps (83.3%
-        # at 14.8 min of that run, 91.7% at 19.1 of the 30,000 run), not at a fraction of the schedule.
+        # Not fewer: on the same tokenizer, 18,000 conversations (19M tokens, 18.3 min of SFT) gave 86.7% held-out
+        # after the warm start (stage 3: 73.3%) against 87.8% (80.0%) for 30,000, whose SFT-only control, 7.7 min
+        # more SFT, reached 96.7% (dfb6f13 run): this model is still short of SFT at 30,000.
         sft_episodes=30_000,
         sft_search_drills=2.0,
         sft_recovery_drills=0.15,

@@ -203,7 +203,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     unmerged = [pair for pair in (ALL_DIGIT_PAIRS[i:i + 2] for i in range(0, 200, 2)) if core.token_to_id(pair) is None]
     if unmerged:
         raise TokenizerBuildError(f"the tokenizer left digit pairs {unmerged} unmerged at vocab {vocab_size}; "
-                             "raise DIGIT_PAIR_REPEATS or the vocab size")
+                                  "raise DIGIT_PAIR_REPEATS or the vocab size")
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         additional_special_tokens=[START_OF_TURN, END_OF_TURN], padding_side="left",
