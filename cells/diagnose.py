@@ -312,7 +312,7 @@ def refusal_cases(n: int) -> tuple[Any, ...]:
 def first_refusal(episode: Any) -> dict[str, Any] | None:
     """The episode's first booking or order call a vendor refused (a timeout is no refusal): its error code,
     whether the next call to that tool sent the same arguments again, and whether the episode booked."""
-    from cells.rewards.common import tool_calls_of
+    from cells.rewards.common import actions_by_turn, next_call_to
     from cells.step_04_models import GOAL_WRITE_TOOLS, ToolStatus, canonical_json
 
     writes = set(GOAL_WRITE_TOOLS.values())
@@ -320,10 +320,9 @@ def first_refusal(episode: Any) -> dict[str, Any] | None:
                     if r.tool_name in writes and r.status not in (ToolStatus.OK, ToolStatus.TIMEOUT)), None)
     if refusal is None:
         return None
-    calls = [(turn, action) for turn, action in tool_calls_of(episode) if action.tool_name == refusal.tool_name]
-    refused = next(action for turn, action in calls if turn == refusal.turn)
-    after = next((action for turn, action in calls if turn > refusal.turn), None)
-    repeated = after is not None and canonical_json(after.tool_args) == canonical_json(refused.tool_args)
+    refused = actions_by_turn(episode)[refusal.turn]
+    after = next_call_to(episode, refusal.tool_name, refusal.turn)
+    repeated = after is not None and canonical_json(after[1].tool_args) == canonical_json(refused.tool_args)
     return {"code": refusal.error_code, "repeated": repeated, "booked": bool(episode.bookings)}
 
 

@@ -339,9 +339,9 @@ PROFILES: dict[str, Profile] = {
         # Stage 1 is ~95% solved by the warm start; drift (stages 2-3) is where it fails. From the same warm start
         # (f1ceed7), 90 stage-3 steps instead of 45 raised the drifted held-out gain from +10.0 to +13.3 pts (stage 2
         # gains too: stage-3 goals carry stage-2 drifts) for ~7 more minutes on a quiet host. With the current reward
-        # (615579b run): +10.0 pts [+3.3, +18.3] on drifted, against +8.3 at (5, 45, 45). Back at (5, 45, 45) for the
-        # 60-min budget: 90 stage-3 steps took 13.1 min (a host where the SFT ran at 17,260 tokens/s), and the 74e10d7 run
-        # at (5, 45, 90) took 72.6 min on a slower one with a gain of +3.3 [+0.0, +8.3] on drifted.
+        # (615579b run): +10.0 pts [+3.3, +18.3] on drifted, against +8.3 at (5, 45, 45). Back at (5, 45, 45) for
+        # the 60-min budget: 90 stage-3 steps took 13.1 min (a host where the SFT ran at 17,260 tokens/s), and the
+        # 74e10d7 run at (5, 45, 90) took 72.6 min on a slower one with a gain of +3.3 [+0.0, +8.3] on drifted.
         steps_per_stage=(5, 45, 45),
         # G=8: GRPO learns only from groups whose episodes earn different rewards, and a failed episode earns
         # exactly 0; at success p an all-fail group has probability (1-p)^G (p=0.3: 24% at G=4, 6% at G=8).

@@ -34,7 +34,8 @@ TINY_BUILD_VERSION = 8
 # Digits become pre-tokens of at most two: a month, a day, a two-digit hour each one token. See `train_tokenizer`.
 DIGIT_PAIRS = r"\d{1,2}"
 # All 100 pairs, each seen this often on top of the corpus, so each is merged into one token (see `train_tokenizer`).
-ALL_DIGIT_PAIRS = "".join(f"{i:02d}" for i in range(100))
+DIGIT_PAIR_TOKENS: tuple[str, ...] = tuple(f"{i:02d}" for i in range(100))
+ALL_DIGIT_PAIRS = "".join(DIGIT_PAIR_TOKENS)  # "000102...99": split by DIGIT_PAIRS into exactly those pairs
 DIGIT_PAIR_REPEATS = 1_000
 # A JSON string value (compact separators, as every observation and action is rendered) becomes its own
 # pre-token, so BPE never merges it with the key before it. See `train_tokenizer`.
@@ -200,7 +201,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
         show_progress=False,
     )
     core.train_from_iterator(texts, trainer=trainer)
-    unmerged = [pair for pair in (ALL_DIGIT_PAIRS[i:i + 2] for i in range(0, 200, 2)) if core.token_to_id(pair) is None]
+    unmerged = [pair for pair in DIGIT_PAIR_TOKENS if core.token_to_id(pair) is None]
     if unmerged:
         raise TokenizerBuildError(f"the tokenizer left digit pairs {unmerged} unmerged at vocab {vocab_size}; "
                                   "raise DIGIT_PAIR_REPEATS or the vocab size")

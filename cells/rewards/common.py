@@ -101,6 +101,12 @@ def tool_calls_of(episode: Episode) -> Iterator[tuple[int, DriftCallAction]]:
             yield record.turn, record.action
 
 
+def next_call_to(episode: Episode, tool_name: str | None, after_turn: int) -> tuple[int, DriftCallAction] | None:
+    """(turn, action) of the first call to `tool_name` after `after_turn`, or None."""
+    return next(((turn, action) for turn, action in tool_calls_of(episode)
+                 if turn > after_turn and action.tool_name == tool_name), None)
+
+
 def scalars(value: Any) -> Iterator[str]:
     """Every scalar inside a JSON value, as a string (bools and None skipped)."""
     if isinstance(value, dict):

@@ -117,16 +117,14 @@ CHOICE_DRILL_SEEDS_PER = 40  # seeds scanned per recovery drill at most (~15 nee
 def choice_recovery_turn(episode: Any) -> int | None:
     """The turn of the next call to the same tool after the episode's first booking or order call refused with a
     list of the options still `available`; None without such a refusal or such a call."""
-    from cells.rewards.common import tool_calls_of
+    from cells.rewards.common import next_call_to
     from cells.step_04_models import GOAL_WRITE_TOOLS
 
     writes = set(GOAL_WRITE_TOOLS.values())
     refusal = next((r for r in episode.results if r.tool_name in writes and not r.ok and "available" in r.response),
                    None)
-    if refusal is None:
-        return None
-    return next((turn for turn, action in tool_calls_of(episode)
-                 if turn > refusal.turn and action.tool_name == refusal.tool_name), None)
+    after = None if refusal is None else next_call_to(episode, refusal.tool_name, refusal.turn)
+    return None if after is None else after[0]
 
 
 def recovery_drill(env: Any, seed: int, min_reward: float) -> Messages | None:
