@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -46,25 +45,29 @@ from cells.errors import DriftCallError
 # digit or two is where the 33ffd5d warm start's searches got dates wrong: 10 of 130 one-digit days (`2026-08-01`
 # written `2026-08-11`) against 1 of 292 two-digit ones over 576 probe-range episodes (the reverse, `28` written
 # `02`, also occurs); each of the trained model's 4 wrong bookings in the probe was a wrong date.
-ISO_DAY = re.compile(r"\d{4}-\d{2}-(\d{2})")
 ISO_DATE_CHARS = 10  # "2026-05-02": a datetime slot's date part
 DAY_KINDS: dict[str, str] = {"one_digit_day": "one-digit days", "two_digit_day": "two-digit days"}  # -> words
+# every date slot has one day kind; those dated in the next calendar year (`crosses_year`) are counted again
+DATE_KINDS: dict[str, str] = {**DAY_KINDS, "year_turn": "at the year's turn"}
 
 
 def date_slot_kind(value: Any) -> str | None:
     """The `DAY_KINDS` key of a slot value that starts with an ISO date, else None."""
-    match = ISO_DAY.match(str(value))
+    from cells.tasks.generator import ISO_DATE
+
+    match = ISO_DATE.match(str(value))
     if match is None:
         return None
-    return "one_digit_day" if match.group(1).startswith("0") else "two_digit_day"
+    return "one_digit_day" if match.group(3).startswith("0") else "two_digit_day"
 
 
 def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
     """Counts over finished `Episode`s: write calls, those whose `payment_token` was issued in the same episode,
     searches, those whose arguments equal every goal slot they name, the date slots among those arguments and
-    those whose date part is right (by one- and two-digit day: `<kind>_slots`, `<kind>_slots_right`), and how
-    the episodes ended."""
+    those whose date part is right (by one- and two-digit day, and again for dates in the next calendar year:
+    `<kind>_slots`, `<kind>_slots_right` for each `DATE_KINDS` key), and how the episodes ended."""
     from cells.step_04_models import GOAL_SEARCH_TOOLS
+    from cells.step_07_tasks import in_later_year
 
     searches = frozenset(GOAL_SEARCH_TOOLS.values())
     counts: Counter[str] = Counter()
@@ -87,8 +90,10 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
                     kind = date_slot_kind(slots[key]) if key in slots else None
                     if kind is not None:
                         written, wanted = str(value)[:ISO_DATE_CHARS], str(slots[key])[:ISO_DATE_CHARS]
-                        counts[f"{kind}_slots"] += 1
-                        counts[f"{kind}_slots_right"] += written == wanted
+                        year_turn = in_later_year(slots[key], episode.goal.now)
+                        for counted in (kind, "year_turn") if year_turn else (kind,):
+                            counts[f"{counted}_slots"] += 1
+                            counts[f"{counted}_slots_right"] += written == wanted
         counts["episodes"] += 1
         counts["episodes_with_token"] += bool(issued)
         counts["episodes_with_booking"] += bool(episode.bookings)

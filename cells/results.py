@@ -219,9 +219,10 @@ def _examples_what(profile: dict[str, Any], examples: int) -> str:
     if drills <= 0:
         return "fresh expert conversations"
     searches = round(conversations * float(profile.get("sft_search_drills") or 0.0))
-    kinds = [f"{searches:,} search drills"] if searches else []
-    if drills - searches > 0:
-        kinds.append(f"{drills - searches:,} recovery drills")
+    year_turns = round(conversations * float(profile.get("sft_year_turn_drills") or 0.0))
+    recoveries = drills - searches - year_turns  # stages 2-3 only: the rest
+    counted = ((searches, "search drills"), (year_turns, "year-turn drills"), (recoveries, "recovery drills"))
+    kinds = [f"{n:,} {what}" for n, what in counted if n > 0]
     return f"examples ({conversations:,} fresh expert conversations + {' + '.join(kinds)})"
 
 
@@ -257,11 +258,12 @@ def _generation_lines(reports: Mapping[str, Any], memory: Mapping[str, float] | 
 
 
 def _date_slots_clause(diag: dict[str, Any]) -> str:
-    """`diagnose.json`'s search dates by one- and two-digit day, as a clause ("" for a file without them)."""
-    from cells.diagnose import DAY_KINDS
+    """`diagnose.json`'s search dates by one- and two-digit day and at the year's turn, as a clause ("" for a file
+    without them)."""
+    from cells.diagnose import DATE_KINDS
 
     parts = [f"{diag.get(f'{kind}_slots_right', 0)} of {diag[f'{kind}_slots']} {words}"
-             for kind, words in DAY_KINDS.items() if diag.get(f"{kind}_slots")]
+             for kind, words in DATE_KINDS.items() if diag.get(f"{kind}_slots")]
     return f" (the dates in them right: {', '.join(parts)})" if parts else ""
 
 

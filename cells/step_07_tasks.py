@@ -6,8 +6,10 @@
 airline, cab, restaurant or hotel domain (payment is never a goal), spoken natively in Hindi
 (Devanagari), Tamil, Kannada, English or romanised Hinglish. Slots stay canonical (IATA codes,
 place ids like "BLR:KORAMANGALA", ISO dates, enum values) while the utterance speaks them in the
-user's language; mapping one to the other is part of the task. Stage 1 goals carry 1 constraint,
-stage 2 1-2, stage 3 2-3 plus compound templates and a possible mid-episode language switch.
+user's language; mapping one to the other is part of the task (`crosses_year(goal)`: a date slot in the
+next calendar year, a January date asked for in December with the year unsaid; ~2.5% of goals). Stage 1
+goals carry 1 constraint, stage 2 1-2, stage 3 2-3 plus compound templates and a possible mid-episode
+language switch.
 
 Seeds: the generator is seed-agnostic. Callers draw seeds from the ranges in
 `cells.step_02_profiles` (`TRAIN_SEEDS` for training, `PROBE_SEEDS` for the hacking probe,
@@ -42,7 +44,14 @@ from cells.tasks.catalog import (
     templates,
     templates_for,
 )
-from cells.tasks.generator import STAGE_CONSTRAINTS, TaskGenerationError, generate, render_values
+from cells.tasks.generator import (
+    STAGE_CONSTRAINTS,
+    TaskGenerationError,
+    crosses_year,
+    generate,
+    in_later_year,
+    render_values,
+)
 from cells.tasks.i18n import LANGUAGE_SCRIPT, money, nfc, script_of, spoken_date, spoken_time
 from cells.tasks.user import SimulatedUser, acknowledge, detect_topics, language_at, opening, reply
 
@@ -52,8 +61,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REQUIRED_SLOTS", "SLOT_TO_DETAIL",
     "STAGE_CONSTRAINTS", "SimulatedUser", "TaskDataError", "TaskGenerationError", "Template",
-    "acknowledge", "check_constraint", "detect_topics", "eval_seeds", "generate", "language_at",
-    "money", "nfc", "opening", "render_values", "reply", "run", "script_of", "spoken_date",
+    "acknowledge", "check_constraint", "crosses_year", "detect_topics", "eval_seeds", "generate",
+    "in_later_year", "language_at", "money", "nfc", "opening", "render_values", "reply", "run", "script_of", "spoken_date",
     "spoken_time", "template_by_id", "templates", "templates_for",
 ]
 

@@ -6,9 +6,10 @@
    fresh episode cut after its search call behind a system prompt of only the caller's time: the slot mapping,
    city or place or spoken date to its canonical value, seen more often per second) and, in stages 2-3,
    `profile.sft_recovery_drills` recovery drills (a further fresh episode whose booking call was refused with the
-   options still available, cut after the expert's new choice, behind the same prompt); TRL's `SFTTrainer` trains on
-   them once each, batches grouped by length, loss on assistant tokens only (`cells.training.warm_start`,
-   `cells.training.sft_data`).
+   options still available, cut after the expert's new choice, behind the same prompt) and
+   `profile.sft_year_turn_drills` year-turn drills (search drills on goals dated in the next calendar year, a
+   January date asked for in December: `crosses_year`); TRL's `SFTTrainer` trains on them once each,
+   batches grouped by length, loss on assistant tokens only (`cells.training.warm_start`, `cells.training.sft_data`).
    CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
    is the warm-started model); GPU profiles train the LoRA and save `training/warm_start/adapter`.
@@ -59,16 +60,16 @@ SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.see
 
 def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
     """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
-    budget, `profile.sft_search_drills` search drills per conversation, and in the drifted stages 2-3
-    `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the warm start uses blocks 0-2
-    (stages 1-3); the SFT-only control (`cells.control`) later blocks, same recipe."""
+    budget, `profile.sft_search_drills` search and `profile.sft_year_turn_drills` year-turn drills per conversation,
+    and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
+    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.control`) later blocks, same recipe."""
     from cells.training.sft_data import EpisodePlanItem
 
     # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
     recovery = profile.sft_recovery_drills if stage > 1 else 0.0
     return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
                            profile.seed + seed_block * SFT_STAGE_SEED_STRIDE, profile.sft_search_drills,
-                           profile.turn_budget(stage), recovery)
+                           profile.turn_budget(stage), recovery, profile.sft_year_turn_drills)
 
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:

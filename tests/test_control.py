@@ -49,14 +49,15 @@ def test_control_data_follow_the_warm_starts_recipe_with_its_drills():
     from cells.training.sft_data import generate_conversations
 
     profile = get_profile("cpu-learn")
-    assert (profile.sft_search_drills, profile.sft_recovery_drills) == (2.0, 0.15)
+    assert (profile.sft_search_drills, profile.sft_recovery_drills, profile.sft_year_turn_drills) == (2.0, 0.15, 0.15)
     convs = control.control_conversations(profile, 30)  # ten conversations per stage, each with its drills
     warm_recipe = generate_conversations([sft_plan_item(profile, 10, 2, control.CONTROL_SEED_BLOCK + 1)])
-    assert sum(m[0]["content"].startswith("Now: ") for m in warm_recipe) == 20 + 2  # search + recovery drills
+    assert sum(m[0]["content"].startswith("Now: ") for m in warm_recipe) == 20 + 2 + 2  # search, recovery, year-turn
     assert [m for m in convs if m in warm_recipe] == warm_recipe  # stage 2's share is exactly step 15's recipe
-    assert len(convs) == 30 + 32 + 32  # stage 1 draws no recovery drills
-    # 3.1 at the profile's scale; here ten conversations round 1.5 recovery drills up to 2
-    assert control.examples_per_conversation(profile) == pytest.approx(len(convs) / 30, rel=0.02)
+    assert len(convs) == 32 + 34 + 34  # stage 1 draws no recovery drills
+    # here ten conversations round 1.5 recovery and year-turn drills up to 2 each; at the profile's scale: a
+    # conversation, 2 search drills, 0.15 year-turn drills, and 0.15 recovery drills in two stages of three
+    assert control.examples_per_conversation(profile) == pytest.approx(1 + 2 + 0.15 + 0.15 * 2 / 3, rel=1e-3)
 
 
 def test_control_is_cut_to_its_token_budget():

@@ -72,6 +72,10 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
                                                   "sft_recovery_drills": 0.3}))
     assert "100 examples (50 fresh expert conversations + 40 search drills + 10 recovery drills)" in (
         results.results_section(run))
+    (run / "profile.json").write_text(json.dumps({**profile, "sft_episodes": 50, "sft_search_drills": 0.6,
+                                                  "sft_recovery_drills": 0.3, "sft_year_turn_drills": 0.1}))
+    assert ("100 examples (50 fresh expert conversations + 30 search drills + 5 year-turn drills + 15 recovery "
+            "drills)") in results.results_section(run)
 
 
 def test_a_reused_warm_start_is_named_with_its_own_minutes(tmp_path):
@@ -263,10 +267,43 @@ def test_section_reports_the_diagnosis_when_present(tmp_path):
                                                    "searches": 62, "searches_with_goal_slots_right": 24,
                                                    "episodes_with_booking": 0, "one_digit_day_slots": 15,
                                                    "one_digit_day_slots_right": 11, "two_digit_day_slots": 30,
-                                                   "two_digit_day_slots_right": 29}))
+                                                   "two_digit_day_slots_right": 29, "year_turn_slots": 3,
+                                                   "year_turn_slots_right": 1}))
     text = results.results_section(run)
     assert "0 of 153 booking/order calls" in text and "24 of 62 searches" in text
-    assert "the dates in them right: 11 of 15 one-digit days, 29 of 30 two-digit days" in text
+    assert ("the dates in them right: 11 of 15 one-digit days, 29 of 30 two-digit days, 1 of 3 at the year's "
+            "turn") in text
+
+
+def test_copy_diagnostics_count_dates_at_the_years_turn_again():
+    """A date in the next calendar year is counted under its day kind and again as `year_turn`; a player that writes
+    this year for it (the dfb6f13 warm start's error: `2026-01-09` for `2027-01-09`) is wrong there."""
+    from cells.agent.play import play_episode
+    from cells.diagnose import DAY_KINDS, copy_diagnostics
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_07_tasks import crosses_year, generate
+    from cells.step_10_env import DriftCallEnv
+    from cells.step_11_agent import ExpertPolicy
+
+    class ThisYearPolicy(ExpertPolicy):
+        def act(self, observation, history=None):
+            return super().act(observation, history).replace('"2027-', '"2026-')
+
+    seeds = [s for s in map(TRAIN_SEEDS.seed, range(400)) if crosses_year(generate(s, 1, {"en": 1.0}))][:3]
+    assert len(seeds) == 3
+
+    def played(policy):
+        episodes = []
+        for seed in seeds:
+            env = DriftCallEnv(1, {"en": 1.0})
+            play_episode(env, policy(), seed)
+            episodes.append(env.episode())
+        return copy_diagnostics(episodes)
+
+    expert, this_year = played(ExpertPolicy), played(ThisYearPolicy)
+    assert expert["year_turn_slots"] >= 3 and expert["year_turn_slots_right"] == expert["year_turn_slots"]
+    assert sum(expert.get(f"{kind}_slots", 0) for kind in DAY_KINDS) >= expert["year_turn_slots"]  # counted twice
+    assert this_year["year_turn_slots"] == expert["year_turn_slots"] and this_year["year_turn_slots_right"] == 0
 
 
 def _scripted_failures(policy, stage=1, n=4):

@@ -28,9 +28,11 @@ from cells.step_07_tasks import (
     TaskGenerationError,
     acknowledge,
     check_constraint,
+    crosses_year,
     detect_topics,
     eval_seeds,
     generate,
+    in_later_year,
     money,
     render_values,
     reply,
@@ -459,3 +461,18 @@ def test_now_is_sampled_in_2026() -> None:
     for now in nows:
         dt = datetime.fromisoformat(now)
         assert dt.utcoffset() == timedelta(hours=5, minutes=30) and dt.year == 2026
+
+
+def test_crosses_year_marks_goals_dated_in_the_next_calendar_year() -> None:
+    assert in_later_year("2027-01-02", "2026-12-30T10:00:00+05:30")
+    assert in_later_year("2027-01-01T22:30", "2026-12-31T18:00:00+05:30")
+    assert not in_later_year("2026-12-31", "2026-12-30T10:00:00+05:30")
+    assert not in_later_year("HYD", "2026-12-30T10:00:00+05:30") and not in_later_year(2, "2026-12-30")
+    goals = [generate(s, 1, {"en": 1}) for s in range(4_000)]
+    crossing = [g for g in goals if crosses_year(g)]
+    assert 0.015 < len(crossing) / len(goals) < 0.04  # ~2.5%: the month before the year ends, dated goals only
+    for goal in crossing:
+        dates = [date.fromisoformat(str(v)[:10]) for v in goal.slots.values() if re.match(r"\d{4}-\d\d-\d\d", str(v))]
+        assert goal.now.startswith("2026-1") and any(d.year == 2027 for d in dates)
+        assert goal.domain in ("airline", "cab", "hotel")
+    assert not any(crosses_year(g) for g in goals if not g.now.startswith("2026-1"))

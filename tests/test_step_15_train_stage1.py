@@ -665,6 +665,43 @@ def test_recovery_drills_come_from_the_drifted_stages_of_the_profile():
                        what="recovery drills", seeds_per_result=40)
 
 
+def test_year_turn_drills_are_search_drills_on_goals_dated_in_the_next_year():
+    from cells.actions import parse_action
+    from cells.agent.prompt import format_now
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_07_tasks import crosses_year, generate, in_later_year
+    from cells.step_15_train_stage1 import sft_plan_item
+    from cells.training.sft_data import (
+        YEAR_TURN_SEED_OFFSET,
+        YEAR_TURN_SEEDS_PER,
+        EpisodePlanItem,
+        generate_conversations,
+    )
+
+    weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
+    item = EpisodePlanItem(1, 4, weights, 0, search_drills=0.5, year_turn_drills=1.0)
+    assert (item.drills, item.year_turns, item.examples) == (2, 4, 10)
+    mixed = generate_conversations([item])
+    plain = generate_conversations([dataclasses.replace(item, year_turn_drills=0.0)])
+    assert len(mixed) == 10 and [m for m in mixed if m not in plain] != []
+    assert [m for m in mixed if m in plain] == plain  # conversations and search drills unchanged
+    scanned = (generate(TRAIN_SEEDS.seed(YEAR_TURN_SEED_OFFSET + i), 1, dict(weights))
+               for i in range(YEAR_TURN_SEEDS_PER * 4 + 100))
+    goals = {goal.seed_utterance: goal for goal in scanned}
+    year_turns = [m for m in mixed if m not in plain]
+    assert len(year_turns) == 4
+    for drill in year_turns:
+        goal = goals[drill[1]["content"]]
+        assert crosses_year(goal) and drill[0] == {"role": "system", "content": format_now(goal.now)}
+        search = parse_action(drill[-1]["content"])
+        assert drill[-1]["role"] == "assistant" and search.tool_name is not None
+        assert any(in_later_year(v, goal.now) for v in search.tool_args.values())  # the expert wrote next year
+    profile = dataclasses.replace(get_profile("cpu-smoke"), sft_year_turn_drills=0.3)
+    assert [sft_plan_item(profile, 10, stage, stage - 1).year_turns for stage in (1, 2, 3)] == [3, 3, 3]
+    with pytest.raises(ValueError, match="sft_year_turn_drills"):
+        dataclasses.replace(profile, sft_year_turn_drills=-0.1)
+
+
 def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatch):
     import cells.step_14_trainer as step_14
     import cells.step_15_train_stage1 as step_15

@@ -23,6 +23,13 @@
   74e10d7 run): 1 of 12, and all 12 episodes booked (4 of 14 before). Only ~6.5% of stage-2/3 expert episodes
   meet such a refusal, so the drills scan ~15 seeds each (`CHOICE_DRILL_SEEDS_PER`); a drill is ~630 tokens (the
   search result it chooses from is most of it).
+- Year-turn drills (`year_turn_drills` per conversation, a profile knob): search drills on seeds whose goal dates
+  something in the next calendar year (`cells.step_07_tasks.crosses_year`: a January date asked for in December,
+  the year unsaid). Why: the dfb6f13 cpu-learn warm start failed all 5 such held-out episodes (5 of its 11
+  failures; 1 of 5 in the three runs before), writing this year (`2026-01-09` for `2027-01-09`) or this month
+  (`2026-12-02` for `2027-01-02`) with the day right, and its SFT-only control, 7.7 min more SFT, failed 1 of 5.
+  Only ~2.5% of goals cross the year, so ~2,250 of that warm start's ~93,000 examples showed the rule; the drills
+  scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`, goals generated only, ~0.27 ms a seed).
 - `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
   progress bar. Rendering the chat template prefix by prefix (Jinja) is ~60% of that time and cannot be
   batched, so from `PARALLEL_MIN` conversations on, chunks go to forked worker processes, one per core
@@ -52,12 +59,13 @@ IGNORE_INDEX = -100
 
 DRILL_SEED_OFFSET = 50_000_000  # drills of a plan item start this far into its seed block (conversations: at 0)
 RECOVERY_SEED_OFFSET = 75_000_000  # and its recovery drills this far (they scan ~15 seeds a drill)
+YEAR_TURN_SEED_OFFSET = 90_000_000  # and its year-turn drills this far (~40 seeds a drill)
 
 
 @dataclass(frozen=True)
 class EpisodePlanItem:
     """`count` fresh expert episodes of curriculum `stage`, goals drawn with `language_weights`, plus
-    `round(count * search_drills)` search drills on further fresh seeds (see the module docstring)."""
+    `round(count * <kind>_drills)` drills of each kind on further fresh seeds (see the module docstring)."""
 
     stage: int
     count: int
@@ -66,6 +74,7 @@ class EpisodePlanItem:
     search_drills: float = 0.0
     max_turns: int | None = None  # the profile's turn budget for the stage (None: the env's default)
     recovery_drills: float = 0.0
+    year_turn_drills: float = 0.0
 
     @property
     def drills(self) -> int:
@@ -76,9 +85,13 @@ class EpisodePlanItem:
         return round(self.count * self.recovery_drills)
 
     @property
+    def year_turns(self) -> int:
+        return round(self.count * self.year_turn_drills)
+
+    @property
     def examples(self) -> int:
-        """Conversations plus both kinds of drills."""
-        return self.count + self.drills + self.recoveries
+        """Conversations plus every kind of drill."""
+        return self.count + self.drills + self.recoveries + self.year_turns
 
 
 Messages = list[dict[str, str]]
@@ -102,6 +115,19 @@ def search_drill(env: Any, seed: int) -> Messages | None:
     if not is_search_call(messages[-1]["content"]):
         return None
     return behind_time_line(env, messages)
+
+
+YEAR_TURN_SEEDS_PER = 60  # seeds scanned per year-turn drill at most (~40 needed: 2.5% of goals cross the year)
+
+
+def year_turn_drill(env: Any, seed: int) -> Messages | None:
+    """`search_drill` on a seed whose goal crosses the year (`crosses_year`; goals are generated first, the cheap
+    test), else None."""
+    from cells.step_07_tasks import crosses_year, generate
+
+    if not crosses_year(generate(seed=seed, stage=env.stage, language_weights=env.language_weights)):
+        return None
+    return search_drill(env, seed)
 
 
 def behind_time_line(env: Any, messages: Messages) -> Messages:
@@ -144,7 +170,7 @@ def recovery_drill(env: Any, seed: int, min_reward: float) -> Messages | None:
 
 
 def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Messages]:
-    """One plan item's conversations, with its drills (both kinds) spread evenly among them."""
+    """One plan item's conversations, with its drills (every kind) spread evenly among them."""
     from cells.agent.play import collect_expert, successful_conversation
     from cells.step_10_env import DriftCallEnv
 
@@ -156,7 +182,11 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
     recoveries = collect_expert(item.recoveries, item.seed + RECOVERY_SEED_OFFSET,
                                 lambda seed: recovery_drill(env, seed, min_reward), what="recovery drills",
                                 on_found=bar.update, seeds_per_result=CHOICE_DRILL_SEEDS_PER)
-    keyed = [((i + 0.5) / len(group), m) for group in (convs, drills, recoveries) for i, m in enumerate(group)]
+    year_turns = collect_expert(item.year_turns, item.seed + YEAR_TURN_SEED_OFFSET,
+                                lambda seed: year_turn_drill(env, seed), what="year-turn drills",
+                                on_found=bar.update, seeds_per_result=YEAR_TURN_SEEDS_PER)
+    groups = (convs, drills, recoveries, year_turns)
+    keyed = [((i + 0.5) / len(group), m) for group in groups for i, m in enumerate(group)]
     return [m for _, m in sorted(keyed, key=lambda pair: pair[0])]
 
 
