@@ -372,7 +372,8 @@ PROFILES: dict[str, Profile] = {
         sft_recovery_drills=0.15,
         # The dfb6f13 warm start failed all 5 held-out goals whose date crosses the year (the year or month of `now`
         # written for January's; 1 of 5 in the three runs before): ~2,250 of its ~93,000 examples showed the rule.
-        # 0.15 adds 4,500 (~150 tokens each, ~2% more SFT tokens) and triples them.
+        # 0.15 adds 4,500 (~150 tokens each, ~2.6% more SFT tokens) and triples them. With them (be6163c run): 0 of
+        # those 5 failed, and the warm start wrote 6 of 6 search dates at the year's turn right (`cells diagnose`).
         sft_year_turn_drills=0.15,
         sft_learning_rate=3e-3,
         sft_warmup_ratio=0.03,

@@ -50,6 +50,7 @@ from cells.tasks.generator import (
     crosses_year,
     generate,
     in_later_year,
+    may_cross_year,
     render_values,
 )
 from cells.tasks.i18n import LANGUAGE_SCRIPT, money, nfc, script_of, spoken_date, spoken_time
@@ -62,7 +63,7 @@ __all__ = [
     "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REQUIRED_SLOTS", "SLOT_TO_DETAIL",
     "STAGE_CONSTRAINTS", "SimulatedUser", "TaskDataError", "TaskGenerationError", "Template",
     "acknowledge", "check_constraint", "crosses_year", "detect_topics", "eval_seeds", "generate",
-    "in_later_year", "language_at", "money", "nfc", "opening", "render_values", "reply", "run", "script_of", "spoken_date",
+    "in_later_year", "language_at", "may_cross_year", "money", "nfc", "opening", "render_values", "reply", "run", "script_of", "spoken_date",
     "spoken_time", "template_by_id", "templates", "templates_for",
 ]
 

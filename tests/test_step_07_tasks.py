@@ -33,6 +33,7 @@ from cells.step_07_tasks import (
     eval_seeds,
     generate,
     in_later_year,
+    may_cross_year,
     money,
     render_values,
     reply,
@@ -476,3 +477,5 @@ def test_crosses_year_marks_goals_dated_in_the_next_calendar_year() -> None:
         assert goal.now.startswith("2026-1") and any(d.year == 2027 for d in dates)
         assert goal.domain in ("airline", "cab", "hotel")
     assert not any(crosses_year(g) for g in goals if not g.now.startswith("2026-1"))
+    maybe = [s for s in range(4_000) if may_cross_year(s)]  # the cheap pre-test passes every crossing seed
+    assert {g.seed for g in crossing} <= set(maybe) and len(maybe) < 0.15 * len(goals)

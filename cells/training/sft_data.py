@@ -29,7 +29,8 @@
   failures; 1 of 5 in the three runs before), writing this year (`2026-01-09` for `2027-01-09`) or this month
   (`2026-12-02` for `2027-01-02`) with the day right, and its SFT-only control, 7.7 min more SFT, failed 1 of 5.
   Only ~2.5% of goals cross the year, so ~2,250 of that warm start's ~93,000 examples showed the rule; the drills
-  scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`, goals generated only, ~0.27 ms a seed).
+  scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`), most ruled out by their clock alone (`may_cross_year`). With 4,500
+  of them (the be6163c run) the warm start failed none of those 5 and wrote 6 of 6 year-turn search dates right.
 - `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
   progress bar. Rendering the chat template prefix by prefix (Jinja) is ~60% of that time and cannot be
   batched, so from `PARALLEL_MIN` conversations on, chunks go to forked worker processes, one per core
@@ -121,11 +122,12 @@ YEAR_TURN_SEEDS_PER = 60  # seeds scanned per year-turn drill at most (~40 neede
 
 
 def year_turn_drill(env: Any, seed: int) -> Messages | None:
-    """`search_drill` on a seed whose goal crosses the year (`crosses_year`; goals are generated first, the cheap
-    test), else None."""
-    from cells.step_07_tasks import crosses_year, generate
+    """`search_drill` on a seed whose goal crosses the year (`crosses_year`; tested on the seed's clock, then on its
+    goal, before the expert plays), else None."""
+    from cells.step_07_tasks import crosses_year, generate, may_cross_year
 
-    if not crosses_year(generate(seed=seed, stage=env.stage, language_weights=env.language_weights)):
+    if not may_cross_year(seed) or not crosses_year(generate(seed=seed, stage=env.stage,
+                                                                language_weights=env.language_weights)):
         return None
     return search_drill(env, seed)
 
