@@ -5,8 +5,8 @@ warm-start evaluation plan and counts what a booking needs the model to copy cor
 token the gateway issued in that episode (every write call carries it) and the goal's slots in the
 search call (cities, dates; the dates also counted apart by one- and two-digit day, since a day 1-9 needs a
 zero the spoken date never shows, and again when dated in the next calendar year, whose year the user never
-says). Writes `diagnose.json` in the run directory (read by `python -m cells
-results`) and prints it. ~1 min for cpu-learn on 2 CPU cores.
+says). Writes `diagnose.json` in the run directory (read by `python -m cells results`) and prints it. ~1 min
+for cpu-learn on 2 CPU cores.
 
 `--failures`: replays the trained model (the run's `export/`, step 24) greedily on every held-out case it
 failed in step 19 (`records_final.jsonl`) and says, per episode, what went wrong: the goal's domain and

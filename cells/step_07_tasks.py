@@ -63,8 +63,8 @@ __all__ = [
     "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REQUIRED_SLOTS", "SLOT_TO_DETAIL",
     "STAGE_CONSTRAINTS", "SimulatedUser", "TaskDataError", "TaskGenerationError", "Template",
     "acknowledge", "check_constraint", "crosses_year", "detect_topics", "eval_seeds", "generate",
-    "in_later_year", "language_at", "may_cross_year", "money", "nfc", "opening", "render_values", "reply", "run", "script_of", "spoken_date",
-    "spoken_time", "template_by_id", "templates", "templates_for",
+    "in_later_year", "language_at", "may_cross_year", "money", "nfc", "opening", "render_values", "reply",
+    "run", "script_of", "spoken_date", "spoken_time", "template_by_id", "templates", "templates_for",
 ]
 
 _MAX_TRIES_PER_SEED = 50
