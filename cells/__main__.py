@@ -24,7 +24,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if is_local_model(args.model or profile.model_id):
         # A local model never needs the network; without this a hub lookup takes ~50 s to fail.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from cells.distributed import is_main_process
+
     ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh, model=args.model)
+    if not is_main_process():  # several processes: the main one reports (cells.distributed)
+        return 0
     total = sum(ctx.timings.values())
     print(f"done: steps {ctx.completed} in {total:.1f}s; run dir {ctx.run_dir}")
     if "report_md" in ctx.artifacts:

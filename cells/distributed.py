@@ -4,7 +4,8 @@ Every process runs steps 1-17 (each needs the model, the env and the trainer; `b
 the global batch, `DriftCallGRPOTrainer` splits the groups); files are written by the main process only,
 the tiny model's cache is built by it first, and steps after the last training step run on it alone.
 One process (a notebook, `python -m cells run`) is the case everything reduces to: every helper here is
-then a no-op. The process group itself is accelerate's (`PartialState`), the one TRL's trainer joins.
+then a no-op. The process group itself is accelerate's (`PartialState`), the one TRL's trainer joins;
+every launched process leaves it (`leave_process_group`) once its collectives are done, before it exits.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import os
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,20 +44,44 @@ def _state() -> Any:
     return PartialState(cpu=not torch.cuda.is_available())
 
 
+_left_group = threading.Event()  # set once this process has left the group: the helpers below are then no-ops
+
+
+def _in_group() -> bool:
+    return launched_processes() > 1 and not _left_group.is_set()
+
+
 def wait_for_everyone() -> None:
-    """A barrier across the launched processes (nothing to wait for with one)."""
-    if launched_processes() > 1:
+    """A barrier across the launched processes (nothing to wait for with one, or after leaving the group)."""
+    if _in_group():
         _state().wait_for_everyone()
 
 
 @contextlib.contextmanager
 def main_process_first() -> Iterator[None]:
     """Run the block on the main process, then on the others (e.g. build a cache once, then load it)."""
-    if launched_processes() == 1:
+    if not _in_group():
         yield
         return
     with _state().main_process_first():
         yield
+
+
+def leave_process_group() -> None:
+    """Wait for the other processes, then destroy the process group; call it in every launched process once
+    no collective is due (a no-op for one process, or the second time). Why: a process that exits with the
+    group alive can die with SIGABRT ("terminate called without an active exception") while the interpreter
+    finalises, as gloo's worker threads still hold tensors (pytorch/pytorch#190489); seen in CI, exit 1 after
+    every step had passed."""
+    if not _in_group():
+        return
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        state = _state()
+        state.wait_for_everyone()
+        state.destroy_process_group()
+    _left_group.set()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

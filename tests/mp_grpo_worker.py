@@ -39,6 +39,7 @@ def main(out: Path, cache: Path) -> None:
 
     from cells import step_14_trainer as s14
     from cells.agent.groups import make_rollout_group_fn
+    from cells.distributed import leave_process_group, wait_for_everyone
     from cells.modeling.tiny import build_or_load_tiny, corpus_texts
     from cells.step_02_profiles import get_profile
     from cells.step_12_model import lora_config
@@ -83,9 +84,13 @@ def main(out: Path, cache: Path) -> None:
     trainer._generate_and_score_completions = recording_generate
     trainer.train()
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
-    (out / f"rank{rank}.json").write_text(json.dumps({"world": world, **seen}))
     if rank == 0:
         torch.save({"before": before, "after": lora()}, out / "lora.pt")
+    joined = torch.distributed.is_initialized()
+    leave_process_group()
+    wait_for_everyone()  # after leaving: a no-op, not a barrier on a destroyed group
+    left = joined and not torch.distributed.is_initialized()
+    (out / f"rank{rank}.json").write_text(json.dumps({"world": world, "left_group": left, **seen}))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from cells.step_02_profiles import LANGUAGES
 
 SUPPORT = s9.voice_support()
 needs_tts = pytest.mark.skipif(SUPPORT["tts"] is not None, reason=f"no TTS here: {SUPPORT['tts']}")
+needs_whisper = pytest.mark.skipif(SUPPORT["asr"] is not None, reason=f"no Whisper here: {SUPPORT['asr']}")
 needs_voice = pytest.mark.skipif(any(SUPPORT.values()), reason=f"voice boundary unavailable here: {SUPPORT}")
 pytestmark = pytest.mark.xdist_group("voice")  # one worker loads Whisper once for the whole module
 
@@ -35,6 +36,29 @@ def test_character_error_rate_ignores_case_spaces_and_punctuation():
     assert s9.character_error_rate("Book a flight, please!", "book a flight please") == 0.0
     assert s9.character_error_rate("abcd", "abxd") == pytest.approx(0.25)
     assert s9.character_error_rate("मुझे टिकट", "मुझे टिकट।") == 0.0  # the danda is punctuation
+
+
+@needs_whisper
+def test_whisper_cache_built_by_racing_builders_is_whole_and_left_clean(tmp_path):
+    """Several processes may build the cache at once (pytest workers, `accelerate launch`): each builds in a
+    directory of its own and one rename wins; a shared scratch directory made one of them fail."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as pool:
+        dirs = list(pool.map(lambda _: s9.whisper_model_dir(tmp_path), range(3)))
+    target = tmp_path / "whisper-base"
+    assert dirs == [target] * 3
+    assert {p.name for p in tmp_path.iterdir()} == {"whisper-base"}  # no scratch directory left behind
+    assert sorted(p.name for p in target.iterdir()) == sorted(["model.bin", *s9.WHISPER_FILES])
+    assert (target / "model.bin").stat().st_size > 100_000_000
+
+
+@needs_whisper
+def test_a_broken_whisper_cache_is_named_with_the_fix(tmp_path):
+    (tmp_path / "whisper-base").mkdir()
+    (tmp_path / "whisper-base" / "config.json").write_text("{}")
+    with pytest.raises(s9.VoiceUnavailableError, match="delete it and rerun"):
+        s9.whisper_model_dir(tmp_path)
 
 
 @needs_voice

@@ -50,6 +50,7 @@ def test_two_processes_split_the_group_and_agree_on_episodes_and_advantages(runs
     single, double = runs
     (one,), (first, second) = single["ranks"], double["ranks"]
     assert one["world"] == 1 and first["world"] == second["world"] == 2
+    assert first["left_group"] and second["left_group"]  # each process destroyed the group before exiting
     assert one["rows"] == [0, 0, 0, 0] and first["rows"] == second["rows"] == [0, 0]  # half a group each
     assert first["texts"] + second["texts"] == one["texts"]  # episodes sampled per episode, not per batch
     assert len(set(one["texts"])) == 4
@@ -78,15 +79,17 @@ def _pipeline(run_dir: Path, *args: str) -> str:
 
 
 def test_pipeline_under_two_processes_writes_once_and_resumes(tmp_path):
-    """`accelerate launch ... -m cells run`: both processes train steps 1-17; checkpoints, sidecars and
-    metrics.csv are written once (one row per optimiser step), the other process prints nothing, and a
-    rerun after losing stage 3 resumes from stage 2's checkpoint and trains stage 3 only."""
+    """`accelerate launch ... -m cells run`: both processes run steps 1-17, then leave the process group and
+    the main one alone evaluates and reports (18-25); checkpoints, sidecars and metrics.csv are written once
+    (one row per optimiser step), the other process prints nothing, and a rerun after losing stage 3 resumes
+    from stage 2's checkpoint and trains stage 3 only."""
     from cells.step_02_profiles import get_profile
     from cells.training.metrics import read_metrics_csv
 
     total = sum(get_profile("cpu-smoke").steps_per_stage)
-    out = _pipeline(tmp_path, "--steps", "1-8,10-17", "--fresh")
-    assert out.count("[setup] device=") == 1  # the second process is quiet
+    out = _pipeline(tmp_path, "--fresh")
+    assert out.count("report: ") == 1 and "steps [1, 2, 3" in out and ", 24, 25]" in out
+    assert out.count("[setup] device=") == 1 and out.count("done: steps") == 1  # the second process is quiet
     training = tmp_path / "training"
     rows = read_metrics_csv(training / "metrics.csv")
     assert [int(r["step"]) for r in rows] == list(range(1, total + 1))
