@@ -26,7 +26,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from cells.distributed import is_main_process
 
-    ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh, model=args.model)
+    ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh, model=args.model,
+              seed=args.seed)
     if not is_main_process():  # several processes: the main one reports (cells.distributed)
         return 0
     total = sum(ctx.timings.values())
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--model", default=None,
                        help="replace the profile's pretrained model: a Hub id, a local directory, a .gguf file or a "
                             "packaged model (cpu-gemma, colab-*)")
+    p_run.add_argument("--seed", type=int, default=None,
+                       help="replace the profile's seed (RNGs, data order, the tiny model's build; held-out seeds stay "
+                            "frozen), e.g. a second run with --run-dir runs/cpu-learn-seed2 to see how far results move")
     p_run.add_argument("--steps", default=None, help="e.g. 4-7 or 1,3,5 (default: all)")
     p_run.add_argument("--run-dir", default=None, help="default: runs/<profile>")
     p_run.add_argument("--fresh", action="store_true",

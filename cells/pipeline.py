@@ -146,11 +146,13 @@ def parse_step_range(spec: str | None) -> tuple[int, ...]:
 
 
 def make_context(profile_name: str, run_dir: str | Path | None = None, fresh: bool = False,
-                 model: str | None = None) -> Context:
+                 model: str | None = None, seed: int | None = None) -> Context:
     """Build a new Context for `profile_name` (run_dir defaults to the profile's).
 
     `fresh=True` makes the training steps start over instead of reusing `run_dir/training/`. `model` replaces
     the profile's `model_id` (a Hub id, directory, .gguf file or packaged model) for profiles that load one.
+    `seed` replaces the profile's `seed` (RNGs, data order, the tiny model's build, bootstrap resamples; the
+    held-out and probe seeds stay the frozen ones), e.g. to measure how far a result moves between seeds.
     """
     from cells.step_02_profiles import ProfileError, get_profile
 
@@ -160,6 +162,8 @@ def make_context(profile_name: str, run_dir: str | Path | None = None, fresh: bo
             raise ProfileError(f"profile {profile_name!r} builds the tiny local model; --model needs a profile that "
                                "loads a pretrained one (cpu-gemma, colab-t4, colab-a100)")
         profile = dataclasses.replace(profile, model_id=model)
+    if seed is not None:
+        profile = dataclasses.replace(profile, seed=seed)
     path = Path(run_dir) if run_dir is not None else Path(profile.run_root) / profile.name
     return Context(profile=profile, run_dir=path, fresh=fresh)
 
@@ -254,11 +258,11 @@ def _merge_json(path: Path, values: dict[str, float], keep_saved: Collection[str
 
 
 def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None, fresh: bool = False,
-        model: str | None = None) -> Context:
-    """Run the registered steps (all by default) for `profile` (its model replaced by `model`) and return the
-    final Context."""
+        model: str | None = None, seed: int | None = None) -> Context:
+    """Run the registered steps (all by default) for `profile` (its model replaced by `model`, its seed by
+    `seed`) and return the final Context."""
     numbers = parse_step_range(steps)
-    ctx = make_context(profile, run_dir, fresh=fresh, model=model)
+    ctx = make_context(profile, run_dir, fresh=fresh, model=model, seed=seed)
     check_run_dir(ctx, numbers)
     # Several processes (`cells.distributed`): the others print nothing (the main one prints the same lines;
     # errors still reach stderr) and stop after training, when all leave the process group; evaluation and

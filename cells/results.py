@@ -226,16 +226,27 @@ def _examples_what(profile: dict[str, Any], examples: int) -> str:
     return f"examples ({conversations:,} fresh expert conversations + {' + '.join(kinds)})"
 
 
-def _how_run(name: str, run_dir: Path, timings: Mapping[str, float] | None, warm: Mapping[str, Any]) -> str:
+def _seed_flag(name: str, seed: Any) -> str:
+    """` --seed N` when the run's seed is not its preset's (the command that made it needed the flag)."""
+    from cells.step_02_profiles import PROFILES
+
+    preset = PROFILES.get(name)
+    return "" if preset is None or seed is None or seed == preset.seed else f" --seed {seed}"
+
+
+def _how_run(name: str, run_dir: Path, timings: Mapping[str, float] | None, warm: Mapping[str, Any],
+             seed: Any = None) -> str:
     """The header sentence: the commands behind the run directory and its wall time; a reused warm start says
     so and names its own recorded minutes, which the steps' wall time does not contain."""
     then = f"then `python -m cells results --run-dir {run_dir}`"
     if not warm_start_reused(timings, warm):
-        return (f"`python -m cells run --profile {name} --fresh`, {then}. Wall time: {_minutes(timings)}.")
+        where = "" if run_dir.name == name else f" --run-dir {run_dir}"
+        return (f"`python -m cells run --profile {name}{_seed_flag(name, seed)}{where} --fresh`, {then}. "
+                f"Wall time: {_minutes(timings)}.")
     sft = warm["training"]["seconds"]
     copy = (warm.get("copy_pretrain") or {}).get("seconds", 0.0)
     steps = sum(timings.values())  # non-empty: warm_start_reused needs recorded timings
-    return (f"`python -m cells run --profile {name} --run-dir {run_dir}` over a warm start trained by an earlier "
+    return (f"`python -m cells run --profile {name}{_seed_flag(name, seed)} --run-dir {run_dir}` over a warm start trained by an earlier "
             f"invocation and reused here (its own record, `training/warm_start/warm_start.json`: SFT "
             f"{_duration(sft)}, copy pretraining {_duration(copy)}), {then}. Wall time of the steps recorded in this "
             f"directory: {_minutes(timings, reused=True)}; with the warm start's recorded SFT and copy pretraining "
@@ -317,7 +328,7 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     begin, end = markers(name)
     parts = [begin, "",
              f"Profile `{name}` (seed {profile.get('seed')}), run directory `{run_dir.name}`: "
-             f"{_how_run(name, run_dir, timings, warm)}", ""]
+             f"{_how_run(name, run_dir, timings, warm, profile.get('seed'))}", ""]
     training = warm.get("training")
     if training:
         what = f"{training['examples']:,} {_examples_what(profile, training['examples'])}"

@@ -33,10 +33,12 @@ def test_cli_list_and_unknown_profile(capsys):
 
 def test_cli_runs_foundation_steps(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "cells", "run", "--profile", "cpu-smoke", "--steps", "1-7", "--run-dir", str(tmp_path)],
+        [sys.executable, "-m", "cells", "run", "--profile", "cpu-smoke", "--steps", "1-7", "--run-dir", str(tmp_path),
+         "--seed", "7"],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert out.returncode == 0, out.stderr
+    assert json.loads((tmp_path / "profile.json").read_text())["seed"] == 7  # --seed replaced the preset's 1234
     for name in ("runtime.json", "profile.json", "data_manifest.json"):
         assert (tmp_path / name).is_file()
     timings = json.loads((tmp_path / "timings.json").read_text())

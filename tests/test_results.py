@@ -91,6 +91,18 @@ def test_a_reused_warm_start_is_named_with_its_own_minutes(tmp_path):
     assert "5.0 min in all" in text and "7.3 min (its data generation" in text  # 300 s + 6 s + 134 s
 
 
+def test_the_command_names_a_seed_and_run_dir_that_are_not_the_presets(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    assert "`python -m cells run --profile cpu-learn --fresh`" in results.results_section(run)  # preset seed 1234
+    other = run.with_name("cpu-learn-seed2")
+    run.rename(other)
+    profile = json.loads((other / "profile.json").read_text())
+    (other / "profile.json").write_text(json.dumps({**profile, "seed": 2}))
+    text = results.results_section(other)
+    assert f"`python -m cells run --profile cpu-learn --seed 2 --run-dir {other} --fresh`" in text
+    assert "Profile `cpu-learn` (seed 2)" in text
+
+
 def test_the_control_says_the_minutes_it_was_sized_to_and_those_it_took(tmp_path):
     run, _, _ = _fake_run(tmp_path)
     assert "SFT-only control: not run" in results.results_section(run)
