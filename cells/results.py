@@ -246,8 +246,8 @@ def _how_run(name: str, run_dir: Path, timings: Mapping[str, float] | None, warm
     sft = warm["training"]["seconds"]
     copy = (warm.get("copy_pretrain") or {}).get("seconds", 0.0)
     steps = sum(timings.values())  # non-empty: warm_start_reused needs recorded timings
-    return (f"`python -m cells run --profile {name}{_seed_flag(name, seed)} --run-dir {run_dir}` over a warm start trained by an earlier "
-            f"invocation and reused here (its own record, `training/warm_start/warm_start.json`: SFT "
+    return (f"`python -m cells run --profile {name}{_seed_flag(name, seed)} --run-dir {run_dir}` over a warm start "
+            f"trained by an earlier invocation and reused here (its own record, `training/warm_start/warm_start.json`: SFT "
             f"{_duration(sft)}, copy pretraining {_duration(copy)}), {then}. Wall time of the steps recorded in this "
             f"directory: {_minutes(timings, reused=True)}; with the warm start's recorded SFT and copy pretraining "
             f"{(steps + sft + copy) / 60:.1f} min (its data generation and checkpoint plays not included).")

@@ -122,6 +122,8 @@ def whisper_model_dir(cache_root: Path | None = None) -> Path:
     target = root / "whisper-base"
     if (target / "model.bin").is_file():
         return target
+    if target.exists():  # only ever renamed into place whole (below), so this copy is broken
+        raise VoiceUnavailableError(f"{target} exists without model.bin (an older, broken copy): delete it and rerun")
     parts = []
     for number, name in enumerate(WHISPER_PARTS, start=1):
         spec = importlib.util.find_spec(name)
@@ -143,8 +145,8 @@ def whisper_model_dir(cache_root: Path | None = None) -> Path:
             tmp.rename(target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if not (target / "model.bin").is_file():
-        raise VoiceUnavailableError(f"{target} exists without model.bin (an older, broken copy): delete it and rerun")
+    if not (target / "model.bin").is_file():  # the rename failed and no other process placed a copy
+        raise VoiceUnavailableError(f"could not create {target}: check that {root} is writable")
     return target
 
 
