@@ -99,16 +99,15 @@ def table(rows: list[RoundTrip]) -> list[str]:
 
 def evaluate_run(run_dir: Path, per_cell: int) -> int:
     """`evaluate_voice` with the run's exported model; writes `eval_voice.json` there and prints the section."""
-    import json
     import types
 
     from cells.evaluation.markdown import voice_section
     from cells.evaluation.report import save_report_json
-    from cells.step_02_profiles import get_profile
+    from cells.step_02_profiles import load_run_profile
     from cells.step_18_eval_baseline import evaluate_voice
     from cells.step_24_export import load_export
 
-    profile = get_profile(json.loads((run_dir / "profile.json").read_text(encoding="utf-8"))["name"])
+    profile = load_run_profile(run_dir)
     model, tokenizer = load_export(run_dir / "export")
     tokenizer.padding_side = "left"
     t0 = time.perf_counter()

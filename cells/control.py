@@ -44,9 +44,9 @@ def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
     from transformers import AutoModelForCausalLM
 
     from cells.modeling.tiny import build_or_load_tiny
-    from cells.step_02_profiles import get_profile
+    from cells.step_02_profiles import load_run_profile
 
-    profile = get_profile(json.loads((Path(run_dir) / "profile.json").read_text(encoding="utf-8"))["name"])
+    profile = load_run_profile(run_dir)
     model_dir = Path(run_dir) / "training" / "warm_start" / "model"
     if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file():
         raise ControlError(f"{run_dir} has no full warm start (CPU profiles only; run the pipeline first)")

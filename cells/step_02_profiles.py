@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cells.distributed import is_main_process
@@ -427,6 +428,23 @@ def get_profile(name: str) -> Profile:
     except KeyError:
         valid = ", ".join(sorted(PROFILES))
         raise ProfileError(f"unknown profile {name!r}; valid profiles: {valid}") from None
+
+
+# The fields `python -m cells run` may change on a preset (`--model`, `--seed`: `pipeline.make_context`); a finished
+# run's profile is its preset with these taken from its `profile.json`.
+RUN_OVERRIDES: tuple[str, ...] = ("model_id", "seed")
+
+
+def load_run_profile(run_dir: str | Path) -> Profile:
+    """The profile a finished run used: the preset named in `<run_dir>/profile.json` with that run's `--model` and
+    `--seed` (`RUN_OVERRIDES`). Why not the preset alone: a `--seed 2` run reloaded as its preset would rebuild
+    the tiny model's cache under seed 1234's key and draw its RNGs from the wrong seed."""
+    path = Path(run_dir) / "profile.json"
+    if not path.is_file():
+        raise ProfileError(f"{path} is missing: run the pipeline (step 2 writes it) for {run_dir} first")
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    profile = get_profile(saved["name"])
+    return dataclasses.replace(profile, **{key: saved[key] for key in RUN_OVERRIDES if key in saved})
 
 
 def run(ctx: Context) -> Context:

@@ -12,6 +12,7 @@ from cells.step_02_profiles import (
     Profile,
     ProfileError,
     get_profile,
+    load_run_profile,
 )
 
 
@@ -96,3 +97,21 @@ def test_turn_budgets_are_a_profile_knob_that_reaches_every_env_the_pipeline_bui
         dataclasses.replace(profile, turn_budgets=(3, 12, 16))
     with pytest.raises(ValueError, match="turn_budgets"):
         dataclasses.replace(profile, turn_budgets=(8, 12))
+
+
+def test_a_finished_run_is_reloaded_with_its_own_seed_and_model(tmp_path):
+    """`control`, `diagnose` and `bench voice` reload a run's profile: a `--seed`/`--model` run must come back as
+    it ran, not as its preset (the seed keys the tiny model's cache and every RNG)."""
+    from cells.pipeline import make_context
+    from cells.step_02_profiles import run as write_profile
+
+    for name in ("seeded", "gemma"):
+        (tmp_path / name).mkdir()
+    seeded = write_profile(make_context("cpu-learn", tmp_path / "seeded", seed=2)).run_dir
+    assert load_run_profile(seeded) == dataclasses.replace(get_profile("cpu-learn"), seed=2)
+    assert get_profile("cpu-learn").seed != 2
+    other = write_profile(make_context("cpu-gemma", tmp_path / "gemma", model="/models/gemma-3-270m")).run_dir
+    assert load_run_profile(other).model_id == "/models/gemma-3-270m"
+    assert load_run_profile(other).seed == get_profile("cpu-gemma").seed
+    with pytest.raises(ProfileError, match="profile.json is missing"):
+        load_run_profile(tmp_path / "never-ran")
