@@ -27,7 +27,8 @@ probe range, after the probe's own, and reads what it did after the first bookin
 in each episode (timeouts aside: their fix is the identical call): per error code, how often it sent the same call
 to that tool again unchanged, and how often the episode still booked. The probe's `repeated_call` offences were
 such repeats; this counts them over many more refusals. Writes `diagnose_refusals.json`, which `python -m cells
-results` summarises. ~2 min for cpu-learn.
+results` summarises. ~2 min for cpu-learn. With `--warm-start` it plays the run's warm start instead
+(`diagnose_refusals_warm_start.json`, also summarised): whether GRPO caused a repeat or inherited it.
 """
 
 from __future__ import annotations
@@ -349,16 +350,26 @@ def refusal_summary(episodes: Iterable[Any]) -> dict[str, Any]:
             "booked": sum(r["booked"] for r in rows), "by_code": by_code}
 
 
-def diagnose_refusals(run_dir: Path, episodes: int = 300) -> dict[str, Any]:
-    """Play the exported trained model on `refusal_cases(episodes)`; write and return `diagnose_refusals.json`."""
+REFUSALS_FILES = {False: "diagnose_refusals.json", True: "diagnose_refusals_warm_start.json"}  # by `warm_start`
+
+
+def diagnose_refusals(run_dir: Path, episodes: int = 300, warm_start: bool = False) -> dict[str, Any]:
+    """Play the exported trained model (or with `warm_start` the run's saved warm start, to tell what GRPO changed
+    from what it inherited) on `refusal_cases(episodes)`; write and return `REFUSALS_FILES[warm_start]`."""
+    from cells.control import load_run_warm_start
     from cells.evaluation.runner import play_greedy
 
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
     run_dir = Path(run_dir)
-    profile, model, tokenizer = load_trained(run_dir, "profile.json")
+    if warm_start:
+        profile, model, tokenizer = load_run_warm_start(run_dir)
+        model.eval()
+    else:
+        profile, model, tokenizer = load_trained(run_dir, "profile.json")
     summary = refusal_summary(play_greedy(model, tokenizer, refusal_cases(episodes), profile).episodes)
-    (run_dir / "diagnose_refusals.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    summary["model"] = "warm start" if warm_start else "trained"
+    (run_dir / REFUSALS_FILES[warm_start]).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
 
@@ -374,9 +385,14 @@ def main(argv: list[str] | None = None) -> int:
                        help="what the trained model does after a refused booking call, on drifted probe-range cases "
                             "(diagnose_refusals.json)")
     parser.add_argument("--episodes", type=int, default=300, help="cases --refusals plays (default 300)")
+    parser.add_argument("--warm-start", action="store_true",
+                        help="with --refusals: play the run's warm start instead of the trained model "
+                             "(diagnose_refusals_warm_start.json)")
     args = parser.parse_args(argv)
+    if args.warm_start and not args.refusals:
+        parser.error("--warm-start goes with --refusals (the default diagnosis already plays the warm start)")
     if args.refusals:
-        print(json.dumps(diagnose_refusals(Path(args.run_dir), args.episodes), indent=1))
+        print(json.dumps(diagnose_refusals(Path(args.run_dir), args.episodes, args.warm_start), indent=1))
     elif args.probe:
         summary = diagnose_probe(Path(args.run_dir))
         print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1, ensure_ascii=False))

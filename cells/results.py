@@ -305,11 +305,13 @@ def probe_offences_line(probe: dict[str, Any]) -> str:
             + (f" Invented ids: {ids}." if ids else ""))
 
 
-def refusals_line(refusals: dict[str, Any]) -> str:
-    """One sentence from `diagnose_refusals.json` (`python -m cells diagnose --refusals`)."""
+def refusals_line(refusals: dict[str, Any], warm_start: bool = False) -> str:
+    """One sentence from `diagnose_refusals.json` (`python -m cells diagnose --refusals`), or with `warm_start`
+    from `diagnose_refusals_warm_start.json` (`... --refusals --warm-start`)."""
     codes = "; ".join(f"{code} {c['repeated']} of {c['refused']} (booked {c['booked']})"
                       for code, c in refusals.get("by_code", {}).items()) or "none"
-    return (f"After a refused booking or order call (`python -m cells diagnose --refusals`: the trained model on "
+    command, model = ("--refusals --warm-start", "the warm start") if warm_start else ("--refusals", "the trained model")
+    return (f"After a refused booking or order call (`python -m cells diagnose {command}`: {model} on "
             f"{refusals.get('episodes', 0)} drifted probe-range episodes, greedy, the first refusal of each): it "
             f"sent the same call again unchanged after {refusals.get('repeated', 0)} of {refusals.get('refused', 0)} "
             f"refusals, and {refusals.get('booked', 0)} of those episodes still booked. By error code, repeated of "
@@ -376,9 +378,12 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     probe_offences = _load(run_dir, "diagnose_probe.json", required=False)
     if probe_offences:
         parts += [probe_offences_line(probe_offences), ""]
-    refusals = _load(run_dir, "diagnose_refusals.json", required=False)
-    if refusals:
-        parts += [refusals_line(refusals), ""]
+    from cells.diagnose import REFUSALS_FILES
+
+    for warm_start in (True, False):
+        refusals = _load(run_dir, REFUSALS_FILES[warm_start], required=False)
+        if refusals:
+            parts += [refusals_line(refusals, warm_start), ""]
     if reports.get("paired_grpo_vs_control"):
         control = (reports.get("control") or {}).get("control") or {}
         took = (f"; it took {control['seconds'] / 60:.1f} min here ({control['tokens']:,} tokens, "

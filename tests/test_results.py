@@ -270,6 +270,15 @@ def test_section_reports_what_the_model_did_after_refusals_when_present(tmp_path
     text = results.results_section(run)
     assert "on 300 drifted probe-range episodes" in text and "after 7 of 170 refusals" in text
     assert "MISSING_REQUIRED_FIELD 0 of 80 (booked 75); BOOKING_WINDOW_CLOSED 6 of 14 (booked 7)" in text
+    assert "--warm-start" not in text
+    (run / "diagnose_refusals_warm_start.json").write_text(json.dumps({
+        "episodes": 300, "refused": 168, "repeated": 12, "booked": 138,
+        "by_code": {"BOOKING_WINDOW_CLOSED": {"refused": 12, "repeated": 6, "booked": 6}}}))
+    text = results.results_section(run)
+    warm = text.index("`python -m cells diagnose --refusals --warm-start`: the warm start on 300")
+    trained = text.index("`python -m cells diagnose --refusals`: the trained model on 300")
+    assert warm < trained  # what the model inherited, then what GRPO left
+    assert "after 12 of 168 refusals" in text[warm:trained] and "after 7 of 170 refusals" in text[trained:]
 
 
 def test_section_reports_the_diagnosis_when_present(tmp_path):
@@ -420,6 +429,11 @@ def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, cap
     assert "export is missing: run the pipeline through step 24 first" in capsys.readouterr().err
     assert main(["diagnose", "--run-dir", str(run), "--refusals", "--episodes", "5"]) == 2  # diagnose's own flags
     assert "export is missing: run the pipeline through step 24 first" in capsys.readouterr().err
+    assert main(["diagnose", "--run-dir", str(run), "--refusals", "--warm-start"]) == 2
+    assert "no full warm start" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --warm-start only changes which model --refusals plays
+        main(["diagnose", "--run-dir", str(run), "--warm-start"])
+    assert "--warm-start goes with --refusals" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # only diagnose takes flags its subcommand does not declare
         main(["control", "--run-dir", str(run), "--refusals"])
 
