@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cells.diagnose import REFUSALS_FILES
 from cells.errors import DriftCallError
 from cells.evaluation.markdown import table
 from cells.evaluation.report import load_report_json
@@ -378,8 +379,6 @@ def results_section(run_dir: Path, plot_path: Path | None = None, readme_dir: Pa
     probe_offences = _load(run_dir, "diagnose_probe.json", required=False)
     if probe_offences:
         parts += [probe_offences_line(probe_offences), ""]
-    from cells.diagnose import REFUSALS_FILES
-
     for warm_start in (True, False):
         refusals = _load(run_dir, REFUSALS_FILES[warm_start], required=False)
         if refusals:

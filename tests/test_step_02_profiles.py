@@ -113,5 +113,5 @@ def test_a_finished_run_is_reloaded_with_its_own_seed_and_model(tmp_path):
     other = write_profile(make_context("cpu-gemma", tmp_path / "gemma", model="/models/gemma-3-270m")).run_dir
     assert load_run_profile(other).model_id == "/models/gemma-3-270m"
     assert load_run_profile(other).seed == get_profile("cpu-gemma").seed
-    with pytest.raises(ProfileError, match="profile.json is missing"):
+    with pytest.raises(ProfileError, match=r"profile\.json is missing"):
         load_run_profile(tmp_path / "never-ran")
