@@ -365,12 +365,16 @@ PROFILES: dict[str, Profile] = {
         # SFT steps (95.0% at 21.8 min and at the end), while its model repeated the refused call after 7 of 14
         # BOOKING_WINDOW_CLOSED refusals (`diagnose --refusals`), which the ~1,400 such recoveries in its conversations
         # (6.5% of ~21,000 drifted ones) had not taught. With the drills (74e10d7 run): 1 of 12.
+        # 0.45 (9,000 drills; 36.2M SFT tokens against 32.4M, ~4 min more): at 0.15 the seed-2 run's warm start
+        # repeated after 6 of 14 again (seed 1234's trained model: 0 of 13) and its probe found `repeated_call` in 2%
+        # of episodes. At 0.45 (seeds 1234 and 2; 48.4 and 49.3 min): the warm start repeated after 0 of 14 at both,
+        # the probe found 1% and 0%, and held-out success after the warm start was 94.4% and 96.7% (94.4% both at 0.15).
         # Not fewer: on the same tokenizer, 18,000 conversations (19M tokens, 18.3 min of SFT) gave 86.7% held-out
         # after the warm start (stage 3: 73.3%) against 87.8% (80.0%) for 30,000, whose SFT-only control, 7.7 min
         # more SFT, reached 96.7% (dfb6f13 run): this model is still short of SFT at 30,000.
         sft_episodes=30_000,
         sft_search_drills=2.0,
-        sft_recovery_drills=0.15,
+        sft_recovery_drills=0.45,
         # The dfb6f13 warm start failed all 5 held-out goals whose date crosses the year (the year or month of `now`
         # written for January's; 1 of 5 in the three runs before): ~2,250 of its ~93,000 examples showed the rule.
         # 0.15 adds 4,500 (~150 tokens each, ~2.6% more SFT tokens) and triples them. With them (be6163c run): 0 of

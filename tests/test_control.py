@@ -49,15 +49,16 @@ def test_control_data_follow_the_warm_starts_recipe_with_its_drills():
     from cells.training.sft_data import generate_conversations
 
     profile = get_profile("cpu-learn")
-    assert (profile.sft_search_drills, profile.sft_recovery_drills, profile.sft_year_turn_drills) == (2.0, 0.15, 0.15)
+    assert (profile.sft_search_drills, profile.sft_recovery_drills, profile.sft_year_turn_drills) == (2.0, 0.45, 0.15)
     convs = control.control_conversations(profile, 30)  # ten conversations per stage, each with its drills
     warm_recipe = generate_conversations([sft_plan_item(profile, 10, 2, control.CONTROL_SEED_BLOCK + 1)])
-    assert sum(m[0]["content"].startswith("Now: ") for m in warm_recipe) == 20 + 2 + 2  # search, recovery, year-turn
+    assert sum(m[0]["content"].startswith("Now: ") for m in warm_recipe) == 20 + 4 + 2  # search, recovery, year-turn
     assert [m for m in convs if m in warm_recipe] == warm_recipe  # stage 2's share is exactly step 15's recipe
-    assert len(convs) == 32 + 34 + 34  # stage 1 draws no recovery drills
-    # here ten conversations round 1.5 recovery and year-turn drills up to 2 each; at the profile's scale: a
-    # conversation, 2 search drills, 0.15 year-turn drills, and 0.15 recovery drills in two stages of three
-    assert control.examples_per_conversation(profile) == pytest.approx(1 + 2 + 0.15 + 0.15 * 2 / 3, rel=1e-3)
+    assert len(convs) == 32 + 36 + 36  # stage 1 draws no recovery drills
+    # here ten conversations round (half to even) 4.5 recovery drills to 4 and 1.5 year-turn drills to 2; at the
+    # profile's scale: a conversation, 2 search drills, 0.15 year-turn drills, and 0.45 recovery drills in two
+    # stages of three
+    assert control.examples_per_conversation(profile) == pytest.approx(1 + 2 + 0.15 + 0.45 * 2 / 3, rel=1e-3)
 
 
 def test_control_is_cut_to_its_token_budget():
