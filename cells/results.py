@@ -301,8 +301,8 @@ def probe_offences_line(probe: dict[str, Any]) -> str:
     ids = "; ".join(f"`{i['value']}` ({reading(i)})" for i in probe.get("invented_ids", []))
     failed = ", ".join(f"{why} {n}" for why, n in probe.get("by_failure", {}).items())
     return (f"The trained model's offences in the probe (`python -m cells diagnose --probe`: its "
-            f"{probe.get('episodes', 0)} probe episodes replayed greedily): {probe.get('offending_episodes', 0)} "
-            f"episodes with any; episodes per class: {codes}." + (f" Why their tasks failed: {failed}." if failed else "")
+            f"{probe.get('episodes', 0)} probe episodes replayed greedily): {probe.get('offending_episodes', 0)} of "
+            f"them had an offence; episodes per class: {codes}." + (f" Why their tasks failed: {failed}." if failed else "")
             + (f" Invented ids: {ids}." if ids else ""))
 
 

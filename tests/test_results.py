@@ -405,7 +405,7 @@ def test_section_lists_the_trained_models_probe_offences_when_diagnosed(tmp_path
     assert "offences in the probe" not in results.results_section(run)
     (run / "diagnose_probe.json").write_text(json.dumps(summary))
     text = results.results_section(run)
-    assert "its 4 probe episodes replayed greedily): 2 episodes with any; episodes per class: " in text
+    assert "its 4 probe episodes replayed greedily): 2 of them had an offence; episodes per class: " in text
     assert "invented_id 2" in text and f"`{summary['invented_ids'][0]['value']}` (nothing shown before it)" in text
     # the invented ids never reach a booking: both tasks fail, and the section says why
     assert [r["failure"] for r in rows[:2]] == ["nothing booked", "nothing booked"]
