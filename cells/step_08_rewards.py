@@ -55,6 +55,7 @@ from cells.rewards.adapters import (
     evidence_for,
     evidence_of,
 )
+from cells.rewards.common import result_texts_memo
 from cells.rewards.components import (
     DRIFT_HANDLING_WINDOW,
     r_constraints,
@@ -116,8 +117,13 @@ def compute_rewards(episode: Episode, patterns: PatternLookup | None = None, *, 
     `pattern_by_id`, only consulted when drifts fired). rules: task rules (default step_07's).
     tool_args: documented argument names per tool (default step_05's at reset).
     """
-    rules = default_rules() if rules is None else rules
-    tool_args = default_tool_args() if tool_args is None else tool_args
+    with result_texts_memo():
+        return _score(episode, patterns, default_rules() if rules is None else rules,
+                      default_tool_args() if tool_args is None else tool_args)
+
+
+def _score(episode: Episode, patterns: PatternLookup | None, rules: TaskRules,
+           tool_args: Mapping[str, frozenset[str]]) -> Rewards:
     evidence = evidence_for(episode.drifts, patterns)
     booking, booking_detail = task_booking(episode, rules)
     task, task_b = r_task(episode, booking, booking_detail)

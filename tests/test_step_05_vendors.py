@@ -327,6 +327,18 @@ def test_reads_return_same_world_and_writes_a_new_one():
     assert after is not w and w.bookings == () and len(after.bookings) == 1
 
 
+def test_listings_are_memoised_per_episode_and_shared_by_its_worlds():
+    w = world_for("restaurant")
+    first = restaurant.listings(w, "BOM")
+    assert restaurant.listings(w, "BOM") is first  # built once for the episode
+    _booked, after = book_cheapest(w)
+    assert after is not w and restaurant.listings(after, "BOM") is first  # later Worlds of the episode share it
+    fresh = new_world(w.goal, w.seed)  # another episode on the same goal: its own memo, equal listings
+    again = restaurant.listings(fresh, "BOM")
+    assert again is not first and again == first
+    assert fresh.listings_memo is not w.listings_memo and w == dataclasses.replace(w, listings_memo={})
+
+
 def test_describe_schema_and_docs_reflect_drift():
     w = world_for("airline")
     before = describe_schema(w, "airline")

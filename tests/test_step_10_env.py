@@ -375,3 +375,22 @@ def test_reset_tool_docs_need_no_world_and_equal_a_fresh_worlds() -> None:
         assert reset_tool_docs(domain) == obs.available_tools
         assert all(t in fresh for t in obs.available_tools)
         assert "payment.get_token" in {t.name for t in obs.available_tools}
+
+
+def test_finished_episodes_leave_nothing_behind():
+    """Playing more episodes must not grow the process's heap: process-wide memos of listings and result
+    texts once held up to 4,096 entries each, ~14 objects an episode, that every full garbage collection
+    scanned (30-110 ms pauses in a server's env worker)."""
+    import gc
+
+    from cells.agent.play import play_many
+    from cells.step_10_env import make_env_factory
+
+    factory = make_env_factory(2)
+    play_many(factory, ExpertPolicy, range(60))  # warm every bounded cache (tool docs, patterns, ...)
+    gc.collect()
+    before = len(gc.get_objects())
+    play_many(factory, ExpertPolicy, range(60, 360))
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    assert grown < 300, f"{grown} more objects after 300 episodes"

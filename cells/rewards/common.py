@@ -5,6 +5,8 @@ Everything here is a pure function of its arguments (no clock, no RNG, no `hash(
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import json
 import re
@@ -49,8 +51,22 @@ def _token_pattern(token: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![0-9a-z]){re.escape(token)}(?![0-9a-z])")
 
 
-_TEXT_MEMO: dict[int, tuple[ToolResult, str]] = {}
-_TEXT_MEMO_MAX = 4096
+# One scoring's texts by result id (`result_texts_memo`). Scoped, not process-wide: a process-wide memo
+# (4,096 entries, before) pinned thousands of finished episodes' results, listings included, that every
+# full garbage collection then scanned (pauses of 30-110 ms in a server's env worker).
+_TEXT_MEMO: contextvars.ContextVar[dict[int, tuple[ToolResult, str]] | None] = contextvars.ContextVar(
+    "driftcall_result_texts", default=None)
+
+
+@contextlib.contextmanager
+def result_texts_memo() -> Iterator[None]:
+    """Within this block `result_text` computes each result's text once (drift, citation and claim checks
+    each ask for the same results); the texts are dropped when it ends. Per thread and task."""
+    token = _TEXT_MEMO.set({})
+    try:
+        yield
+    finally:
+        _TEXT_MEMO.reset(token)
 
 
 _PLAIN = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -69,15 +85,15 @@ def _response_json(response: dict[str, Any]) -> str:
 def result_text(result: ToolResult) -> str:
     """Normalised text of everything a result showed the agent (keys, values, `_notice`).
 
-    Memoised per result object (drift, citation and claim checks each ask for the same results);
-    the entry holds the object itself, so a reused id() can never return another result's text."""
-    hit = _TEXT_MEMO.get(id(result))
+    Memoised per result object inside `result_texts_memo()`; an entry holds the object itself, so a
+    reused id() can never return another result's text."""
+    memo = _TEXT_MEMO.get()
+    hit = None if memo is None else memo.get(id(result))
     if hit is not None and hit[0] is result:
         return hit[1]
     text = norm_text(_response_json(result.response))
-    if len(_TEXT_MEMO) >= _TEXT_MEMO_MAX:
-        _TEXT_MEMO.clear()
-    _TEXT_MEMO[id(result)] = (result, text)
+    if memo is not None:
+        memo[id(result)] = (result, text)
     return text
 
 
