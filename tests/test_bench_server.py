@@ -41,3 +41,30 @@ def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> N
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "driftcall+workers" in out and "every target met by:" in out and "CPU cores busy" in out
     assert "in each round" in out
+
+
+def _result(server: str, sessions: int, steps_per_s: float, p99_ms: float, think_s: float = 0.0):
+    return bench_server.Result(server, sessions, steps=int(steps_per_s), seconds=1.0, p50_ms=p99_ms / 2,
+                               p99_ms=p99_ms, lost=0, cpu_s=0.5, think_s=think_s, client_cpu_s=0.1)
+
+
+def test_p99_target_is_checked_under_saturating_and_paced_load(capsys: object) -> None:
+    """A layout whose p99 at the top session count misses 20 ms under either load meets no target set."""
+    def run(saturating_p99: float, paced_p99: float) -> bool:
+        results = [_result(kind, 64, 5000.0 if kind.startswith("floor") else 4000.0, 10.0)
+                   for kind in bench_server.KINDS if kind != "driftcall+workers"]
+        results += [_result("driftcall+workers", 64, 4000.0, saturating_p99),
+                    *(_result(kind, 64, 250.0, 2.0, 0.2) for kind in bench_server.KINDS if kind != "driftcall+workers"),
+                    _result("driftcall+workers", 64, 250.0, paced_p99, 0.2)]
+        return bench_server.print_results(results)
+
+    assert run(10.0, 2.0)  # both layouts at 0.80 of the floor, every p99 under 20 ms
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "PASS  driftcall+workers: p99 < 20 ms at 64 saturating sessions" in out
+    assert "PASS  driftcall+workers: p99 < 20 ms at 64 paced sessions" in out
+    run(21.0, 2.0)
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "FAIL  driftcall+workers: p99 < 20 ms at 64 saturating sessions" in out
+    assert "every target met by: driftcall\n" in out  # the in-loop layout still meets them
+    run(10.0, 25.0)
+    assert "FAIL  driftcall+workers: p99 < 20 ms at 64 paced sessions" in capsys.readouterr().out  # type: ignore[attr-defined]
