@@ -25,6 +25,7 @@ loads: saturating, where the p99 is the worst round's, and paced), nothing lost.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import random
@@ -56,6 +57,7 @@ class Result:
     worker_cpu_s: float = 0.0  # of which its child processes (env workers)
     client_cpu_s: float = 0.0  # the client's (this process's) CPU seconds over the run
     round_steps_per_s: tuple[float, ...] = ()  # each round's steps/s, when rounds were pooled
+    round_p99_ms: tuple[float, ...] = ()  # each round's p99 (the pooled p99 is the worst of them)
 
     @property
     def steps_per_s(self) -> float:
@@ -277,9 +279,18 @@ def _run(kind: str, proc: subprocess.Popen[bytes], port: int, token: str, script
                                       for k in range(sessions)))
         return len(lat), time.perf_counter() - t0, lat, sum(lost)
 
+    # The client's own garbage collections stop all its sessions at once: a full one (10-16 ms, freeing closed
+    # connections' cycles) landed in timed runs and set whichever server's p99 it hit. Collect before the
+    # run, none during it: the client stands in for a trainer on other machines, whose pauses are not the
+    # server's latency.
+    gc.collect()
+    gc.disable()
     own0, children0 = _cpu_s(proc.pid)
     client0 = time.process_time()
-    steps, elapsed, lat, lost = asyncio.run(drive())
+    try:
+        steps, elapsed, lat, lost = asyncio.run(drive())
+    finally:
+        gc.enable()
     client = time.process_time() - client0
     own1, children1 = _cpu_s(proc.pid)
     lat.sort()
@@ -325,7 +336,7 @@ def _merge(runs: list[Result]) -> Result:
     return Result(first.server, first.sessions, sum(r.steps for r in runs), sum(r.seconds for r in runs),
                   max(r.p50_ms for r in runs), max(r.p99_ms for r in runs), sum(r.lost for r in runs),
                   sum(r.cpu_s for r in runs), first.think_s, sum(r.worker_cpu_s for r in runs),
-                  sum(r.client_cpu_s for r in runs), tuple(r.steps_per_s for r in runs))
+                  sum(r.client_cpu_s for r in runs), tuple(r.steps_per_s for r in runs), tuple(r.p99_ms for r in runs))
 
 
 def print_results(results: list[Result], env_us: float | None = None) -> bool:
@@ -366,6 +377,11 @@ def print_results(results: list[Result], env_us: float | None = None) -> bool:
             if r.sessions == top and not r.think_s and r.server in DRIFTCALL:
                 ratios = [mine / floor for mine, floor in zip(r.round_steps_per_s, floor_rounds, strict=True)]
                 print(f"  {r.server:<18} " + "  ".join(f"{x:.2f}" for x in ratios))
+        # the floor's own tail under the same load: what this machine allows any OpenEnv env
+        print(f"at {top} saturating sessions, p99 ms in each round:")
+        for r in results:
+            if r.sessions == top and not r.think_s and r.server in ("floor", *DRIFTCALL):
+                print(f"  {r.server:<18} " + "  ".join(f"{x:5.2f}" for x in r.round_p99_ms))
     print(f"at {top} sessions, CPU us per step by process (client | server | its env workers) and CPU cores busy:")
     for r in results:
         if r.sessions == top and not r.think_s:

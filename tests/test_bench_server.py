@@ -36,11 +36,12 @@ def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> N
             assert (r.worker_cpu_s > 0) == (kind == "driftcall+workers"), r  # only that layout has children
             rounds = r.round_steps_per_s  # pooled steps/s is a time-weighted mean of the rounds'
             assert len(rounds) == 2 and min(rounds) - 1e-6 <= r.steps_per_s <= max(rounds) + 1e-6, r
+            assert len(r.round_p99_ms) == 2 and r.p99_ms == max(r.round_p99_ms), r  # the worst round's
         assert by[(kind, 4, True)].lost == 0
     bench_server.print_results(results, env_us=100.0)
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "driftcall+workers" in out and "every target met by:" in out and "CPU cores busy" in out
-    assert "in each round" in out
+    assert "in each round" in out and "p99 ms in each round" in out
 
 
 def _result(server: str, sessions: int, steps_per_s: float, p99_ms: float, think_s: float = 0.0):
