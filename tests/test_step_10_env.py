@@ -380,7 +380,8 @@ def test_reset_tool_docs_need_no_world_and_equal_a_fresh_worlds() -> None:
 def test_finished_episodes_leave_nothing_behind():
     """Playing more episodes must not grow the process's heap: process-wide memos of listings and result
     texts once held up to 4,096 entries each, ~14 objects an episode, that every full garbage collection
-    scanned (30-110 ms pauses in a server's env worker)."""
+    scanned (30-110 ms pauses in a server's env worker). The bound leaves room for other threads of a test
+    process allocating meanwhile."""
     import gc
 
     from cells.agent.play import play_many
@@ -393,4 +394,4 @@ def test_finished_episodes_leave_nothing_behind():
     play_many(factory, ExpertPolicy, range(60, 360))
     gc.collect()
     grown = len(gc.get_objects()) - before
-    assert grown < 300, f"{grown} more objects after 300 episodes"
+    assert grown < 1000, f"{grown} more objects after 300 episodes"  # ~4,200 with those memos; ~0-30 now
