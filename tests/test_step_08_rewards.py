@@ -21,6 +21,7 @@ from cells.rewards.adapters import (
     default_tool_args,
     evidence_of,
 )
+from cells.rewards.common import norm_text
 from cells.rewards.penalty import CLAIM_LITERALS, CLAIM_VOCABULARY
 from cells.step_04_models import (
     MIN_REWARD,
@@ -407,6 +408,22 @@ def test_token_seen_only_before_drift_does_not_count():
 def test_token_never_observed_or_observed_after_message_does_not_count():
     ep = _cite_episode(3, "I need MFA_REQUIRED code.", response={"booking_id": "BK-1"})
     assert score(ep).r_drift == 0.0
+
+
+def _norm_text_by_its_rule(text: str) -> str:
+    """norm_text's docstring, step by step: the rule the one-pass regexes must keep."""
+    import re
+    out = re.sub(r"(?<=\d),(?=\d)", "", text.casefold())
+    out = re.sub(r"[_\-]+", " ", out)
+    return re.sub(r"\s+", " ", out).strip()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("1,2 _-\t\n\u00a0aB,,9\u0967\u0663\u20b9xK")), max_size=24) | st.text(max_size=40))
+def test_norm_text_is_its_documented_rule(text):
+    """Digit commas go (Unicode digits too), `_`/`-` become spaces, runs of space squeeze, ends stripped."""
+    assert norm_text(text) == _norm_text_by_its_rule(text)
+    assert norm_text("₹5,000 Fee_Inr -- now,  ok") == "₹5000 fee inr now, ok"
 
 
 def test_generic_words_never_count():

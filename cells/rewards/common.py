@@ -27,11 +27,15 @@ MIN_TOKEN_CHARS = 3  # shorter tokens ("5", "kg") match too much text to prove a
 USER_FACING = (ActionType.SPEAK, ActionType.CLARIFY, ActionType.SUBMIT)
 
 
+# A comma between digits. The literal comes first so the engine scans for commas, not digits (a lookbehind
+# first is tried at every position); the reward normalises every result's JSON, listings included.
+_DIGIT_COMMA = re.compile(r",(?<=\d,)(?=\d)")
+_SPACERS = re.compile(r"[_\-\s]+")  # `_`/`-` become spaces and spaces squeeze: one run, one space
+
+
 def norm_text(text: str) -> str:
     """Casefold, drop digit-group commas (₹5,000 -> ₹5000), `_`/`-` -> space, squeeze spaces."""
-    out = re.sub(r"(?<=\d),(?=\d)", "", text.casefold())
-    out = re.sub(r"[_\-]+", " ", out)
-    return re.sub(r"\s+", " ", out).strip()
+    return _SPACERS.sub(" ", _DIGIT_COMMA.sub("", text.casefold())).strip()
 
 
 def is_specific(token: str) -> bool:
