@@ -36,12 +36,30 @@ def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> N
             assert (r.worker_cpu_s > 0) == (kind == "driftcall+workers"), r  # only that layout has children
             rounds = r.round_steps_per_s  # pooled steps/s is a time-weighted mean of the rounds'
             assert len(rounds) == 2 and min(rounds) - 1e-6 <= r.steps_per_s <= max(rounds) + 1e-6, r
-            assert len(r.round_p99_ms) == 2 and r.p99_ms == max(r.round_p99_ms), r  # the worst round's
+            # p50/p99 are of every step of both rounds: within the rounds' own, and the sample at that rank
+            assert len(r.round_p99_ms) == 2 and min(r.round_p99_ms) <= r.p99_ms <= max(r.round_p99_ms), r
+            assert len(r.latencies_ms) == r.steps and list(r.latencies_ms) == sorted(r.latencies_ms), r
+            assert r.p99_ms == r.latencies_ms[int(0.99 * r.steps)] and r.p50_ms == r.latencies_ms[r.steps // 2], r
         assert by[(kind, 4, True)].lost == 0
     bench_server.print_results(results, env_us=100.0)
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "driftcall+workers" in out and "every target met by:" in out and "CPU cores busy" in out
     assert "in each round" in out and "p99 ms in each round" in out
+
+
+def test_pooled_p99_is_of_every_step_not_the_worst_round() -> None:
+    """One round stalled (1.9% of its steps at 40 ms), the other clean: pooled, under 1% of the steps."""
+    def round_(ms: list[float]) -> bench_server.Result:
+        lat = tuple(sorted(ms))
+        return bench_server.Result("floor", 64, len(lat), 1.0, bench_server.percentile(lat, 0.5),
+                                   bench_server.percentile(lat, 0.99), 0, 0.1, latencies_ms=lat)
+
+    clean, stalled = round_([10.0] * 1000), round_([10.0] * 981 + [40.0] * 19)
+    assert (clean.p99_ms, stalled.p99_ms) == (10.0, 40.0)
+    pooled = bench_server._merge([clean, stalled])
+    assert pooled.round_p99_ms == (10.0, 40.0) and pooled.steps == 2000
+    assert pooled.p99_ms == 10.0 and pooled.p50_ms == 10.0  # 19 slow of 2,000
+    assert bench_server._merge([clean, stalled, stalled]).p99_ms == 40.0  # 38 of 3,000: more than 1%
 
 
 def _result(server: str, sessions: int, steps_per_s: float, p99_ms: float, think_s: float = 0.0):
