@@ -3,9 +3,11 @@ WebSockets without losing a session, and is reported against the floor; CPU coun
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
 
 from cells import bench_server
 
@@ -87,3 +89,92 @@ def test_p99_target_is_checked_under_saturating_and_paced_load(capsys: object) -
     assert "every target met by: driftcall\n" in out  # the in-loop layout still meets them
     run(10.0, 25.0)
     assert "FAIL  driftcall+workers: p99 < 20 ms at 64 paced sessions" in capsys.readouterr().out  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- the client's sessions
+class _Pipe:
+    """The transport a `_Session` writes to, in memory."""
+
+    def __init__(self) -> None:
+        self.out, self.closed = bytearray(), False
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        data, self.out = bytes(self.out), bytearray()
+        return data
+
+
+def _session_against(replies: list[list[bytes]], reward: float | None = 1.0) -> tuple[int | None, list[bytes], int]:
+    """Play one one-step episode with a `_Session` against websockets' server protocol in memory; each
+    entry of `replies` is one reply, sent as those fragments. (result, requests the server got, steps timed)."""
+    from websockets.frames import Opcode
+    from websockets.server import ServerProtocol
+
+    async def play() -> tuple[int | None, list[bytes], int]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+        script = bench_server.Script(b'{"type":"reset","data":{"seed":3}}', (b'{"type":"step","data":{"text":"x"}}',),
+                                     reward)
+        lat: list[float] = []
+        client = bench_server._Session(1, "tok", [script], 0, time.perf_counter() + 60, [1], lat, 0.0, done)
+        server, pipe, got = ServerProtocol(), _Pipe(), []
+        client.connection_made(pipe)
+        server.receive_data(pipe.take())
+        request = server.events_received()[0]
+        assert request.headers["Authorization"] == "Bearer tok"
+        server.send_response(server.accept(request))
+        client.data_received(b"".join(server.data_to_send()))
+        for fragments in replies:
+            server.receive_data(pipe.take())
+            got += [e.data for e in server.events_received() if e.opcode is Opcode.TEXT]
+            for i, fragment in enumerate(fragments):
+                fin = i == len(fragments) - 1
+                if i == 0:
+                    server.send_text(fragment, fin=fin)
+                else:
+                    server.send_continuation(fragment, fin=fin)
+            client.data_received(b"".join(server.data_to_send()))
+        return (done.result() if done.done() else None), got, len(lat)
+
+    return asyncio.run(play())
+
+
+def test_a_session_replays_its_script_and_reassembles_fragmented_replies() -> None:
+    first = [b'{"type":"observation","data":{"done":false}}']
+    last = [b'{"type":', b'"observation","data":{"done":true,', b'"reward":1.0}}']
+    lost, got, timed = _session_against([first, last])
+    assert got == [b'{"type":"reset","data":{"seed":3}}', b'{"type":"step","data":{"text":"x"}}']
+    assert lost == 0 and timed == 1  # the step budget (1) spent: finished, nothing lost; the reset is not timed
+
+
+def test_a_session_is_lost_on_an_error_frame_or_an_episode_not_ending_as_recorded() -> None:
+    ok = [b'{"type":"observation","data":{"done":false}}']
+    assert _session_against([[b'{"type":"error","data":{"code":"x"}}']])[0] == 1  # the reset answered an error
+    assert _session_against([ok, [b'{"type":"observation","data":{"done":false,"reward":1.0}}']])[0] == 1  # not done
+    assert _session_against([ok, [b'{"type":"observation","data":{"done":true,"reward":0.5}}']])[0] == 1  # reward
+    assert _session_against([ok, [b'{"type":"observation","data":{"done":true,"reward":0.5}}']], None)[0] == 0
+
+
+def test_refused_and_cut_sessions_count_as_lost_against_the_real_server() -> None:
+    token = "bench-test-token"
+    proc, port = bench_server._start("floor+guard", 1, 2, token, 0)  # the Guard: auth and a cap of 2
+    scripts = bench_server.encode_scripts([(0, [None] * bench_server.COUNTER_EPISODE_STEPS, None)])
+    try:
+        ok = bench_server._run("floor+guard", proc, port, token, scripts, 2, 0.3, 10_000)
+        assert ok.lost == 0 and ok.steps > 0
+        assert bench_server._run("floor+guard", proc, port, "wrong", scripts, 2, 0.3, 10_000).lost == 2
+        over_cap = bench_server._run("floor+guard", proc, port, token, scripts, 4, 0.3, 10_000)
+        assert over_cap.lost == 2 and over_cap.steps > 0  # two sessions refused (429), two played
+        too_short = bench_server.encode_scripts([(0, [None] * (bench_server.COUNTER_EPISODE_STEPS - 1), None)])
+        assert bench_server._run("floor+guard", proc, port, token, too_short, 1, 0.3, 10_000).lost == 1  # not done
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -327,6 +327,11 @@ def uvicorn_options(limits: Limits) -> dict[str, Any]:
     return {
         "ws_max_size": 4 * limits.max_frame_bytes,  # transport cap; the Guard's frame limit answers first
         "ws_per_message_deflate": False,  # no decompression bombs, less CPU per frame
+        # asyncio's own loop, never uvloop (uvicorn's "auto" picks it when installed, e.g. by uvicorn[standard]):
+        # the loop CI tests and `bench server` measures. With uvloop installed, two bench runs put the counter
+        # floor at 7,500-7,800 steps/s and DriftCall's worker layout at 0.51 of it (0.70-0.77 in four runs
+        # without, the same hour): under "auto" the figures depended on what else was installed
+        "loop": "asyncio",
         "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 2,
     }
 
