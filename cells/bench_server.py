@@ -53,6 +53,7 @@ TARGET_RATIO, TARGET_P99_MS = 0.70, 20.0
 KINDS = ("floor", "floor+guard", "driftcall-replay", "driftcall", "driftcall+workers")
 DRIFTCALL = ("driftcall", "driftcall+workers")  # the layouts the targets are checked for
 SESSION_GRACE_S = 30.0  # how long past a run's deadline a session may wait for its reply before it counts as lost
+CLOSE_TIMEOUT_S = 5.0  # how long a run waits for the server to close its finished sessions' connections
 
 
 @dataclass(frozen=True)
@@ -246,11 +247,13 @@ class _Session(asyncio.Protocol):
     and framing). Episodes run back to back until the deadline or the shared step budget; `done` gets 1 if
     the session was lost (refused, closed, an error frame, or an episode not ending as recorded), else 0.
 
-    Why not websockets' coroutine client: on this 2-core machine the load generator shares the cores with
-    the server it measures. The coroutine client cost ~120 us per DriftCall step, and each reply waited
-    for the loop to resume its coroutine behind the other 63 sessions' work (4-8 ms loop iterations), time
-    it counted as the server's latency. In one run with both clients interleaved, this one cost ~90 us per
-    step and measured ~10% more steps/s and a lower p99 for DriftCall."""
+    Why not websockets' coroutine client (used before): on this 2-core machine the load generator shares the
+    cores with the servers it measures. That client cost 113-127 us of CPU per DriftCall step, and each
+    reply waited for the loop to resume its coroutine behind the other 63 sessions' work (4-8 ms loop
+    iterations at 64 sessions), time it counted as the server's latency. Four runs with both clients
+    interleaved against the same servers (64 saturating sessions, worker layout): this one cost 66-74 us
+    per step and measured 10-19% more steps/s and a 20-27% lower p99; the floor's figures moved by no
+    more than the noise between rounds."""
 
     def __init__(self, port: int, token: str, scripts: list[Script], offset: int, deadline: float,
                  budget: list[int], lat: list[float], think_s: float, done: asyncio.Future[int]) -> None:
@@ -264,6 +267,7 @@ class _Session(asyncio.Protocol):
         self.turn = -1  # -1: awaiting the reset's reply; k: awaiting step k's
         self.sent_at = 0.0
         self.partial = bytearray()  # a fragmented message's frames so far
+        self.closed: asyncio.Future[None] = self.loop.create_future()  # the connection is gone
 
     # -------------------------------------------------------------------------------- transport events
     def connection_made(self, transport: Any) -> None:
@@ -291,6 +295,8 @@ class _Session(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.finish(lost=True)  # a no-op after a normal finish
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     # ---------------------------------------------------------------------------------------- episodes
     def _next_episode(self) -> None:
@@ -333,15 +339,23 @@ class _Session(asyncio.Protocol):
             self._send_step()
 
     def finish(self, lost: bool) -> None:
-        """End the session (closing the WebSocket) and report whether it was lost; later calls do nothing."""
+        """Report whether the session was lost and start the closing handshake (the server answers and
+        closes the connection: `closed`); later calls do nothing."""
         if self.done.done():
             return
         self.done.set_result(int(lost))
-        if self.transport is not None:
-            if self.ws.state is State.OPEN:
-                self.ws.send_close()
-                self._flush()
+        if self.transport is None:  # never connected
+            self.closed.set_result(None)
+        elif self.ws.state is State.OPEN:
+            self.ws.send_close()
+            self._flush()
+        else:  # refused or already closing: nothing left to say
             self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection if the server has not closed it (a hung server)."""
+        if self.transport is not None and not self.closed.done():
+            self.transport.abort()
 
     # ----------------------------------------------------------------------------------------- framing
     def _send(self, text_frame: bytes) -> None:
@@ -353,6 +367,8 @@ class _Session(asyncio.Protocol):
             for chunk in self.ws.data_to_send():
                 if chunk:
                     self.transport.write(chunk)
+                else:  # the protocol's end of stream
+                    self.transport.close()
 
 
 def in_process_us_per_step(stage: int, scripts: list[Any], repeats: int = 3) -> float:
@@ -415,7 +431,9 @@ async def _drive(port: int, token: str, scripts: list[Script], sessions: int, se
                  think_s: float) -> tuple[int, float, list[float], int]:
     """`sessions` client sessions against the server on `port` until `seconds` have passed or `max_steps`
     steps were taken: (steps, seconds elapsed, each step's latency in s, sessions lost). A session still
-    without its reply `SESSION_GRACE_S` after the deadline is closed and counted lost."""
+    without its reply `SESSION_GRACE_S` after the deadline is closed and counted lost. Returns once the
+    server has closed every connection (each closing handshake done), so the next run starts with no session
+    of this one held."""
     loop = asyncio.get_running_loop()
     lat: list[float] = []
     budget = [max_steps]
@@ -436,6 +454,9 @@ async def _drive(port: int, token: str, scripts: list[Script], sessions: int, se
     elapsed = time.perf_counter() - t0
     for client in clients:
         client.finish(lost=True)  # only those still running: a hung server's sessions
+    await asyncio.wait([c.closed for c in clients], timeout=CLOSE_TIMEOUT_S)
+    for client in clients:
+        client.abort()  # only connections the server left open
     return len(lat), elapsed, lat, sum(c.done.result() for c in clients)
 
 

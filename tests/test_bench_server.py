@@ -114,7 +114,8 @@ class _Pipe:
 
 def _session_against(replies: list[list[bytes]], reward: float | None = 1.0) -> tuple[int | None, list[bytes], int]:
     """Play one one-step episode with a `_Session` against websockets' server protocol in memory; each
-    entry of `replies` is one reply, sent as those fragments. (result, requests the server got, steps timed)."""
+    entry of `replies` is one reply, sent as those fragments. (result, requests the server got, steps timed);
+    a session that finished has started the closing handshake, and ends when the server closes."""
     from websockets.frames import Opcode
     from websockets.server import ServerProtocol
 
@@ -142,6 +143,14 @@ def _session_against(replies: list[list[bytes]], reward: float | None = 1.0) -> 
                 else:
                     server.send_continuation(fragment, fin=fin)
             client.data_received(b"".join(server.data_to_send()))
+        if done.done():
+            server.receive_data(pipe.take())
+            assert [e.opcode for e in server.events_received()] == [Opcode.CLOSE]  # the closing handshake
+            assert not pipe.closed  # ... waits for the server's answer
+            client.data_received(b"".join(server.data_to_send()))
+            client.eof_received()
+            client.connection_lost(None)
+            assert client.closed.done()
         return (done.result() if done.done() else None), got, len(lat)
 
     return asyncio.run(play())
