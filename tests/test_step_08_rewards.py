@@ -22,7 +22,7 @@ from cells.rewards.adapters import (
     default_tool_args,
     evidence_of,
 )
-from cells.rewards.common import norm_text
+from cells.rewards.common import contains_token, norm_text
 from cells.rewards.penalty import CLAIM_LITERALS, CLAIM_VOCABULARY
 from cells.step_04_models import (
     MIN_REWARD,
@@ -427,6 +427,26 @@ def test_norm_text_is_its_documented_rule(text):
 
 def test_norm_text_example():
     assert norm_text("₹5,000 Fee_Inr -- now,  ok\t") == "₹5000 fee inr now, ok"
+
+
+_HAYSTACK = st.text(alphabet=st.sampled_from(list("ab1z9 _-,.\u20b9\u0915A")), max_size=30)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_HAYSTACK, st.text(alphabet=st.sampled_from(list("ab1z9 .\u20b9")), min_size=1, max_size=4))
+def test_contains_token_is_a_whole_token_match(haystack, token):
+    """True exactly when `token` occurs with no ASCII [0-9a-z] right before or after it (its docstring's rule,
+    as a leading-lookbehind regex); overlapping and repeated occurrences included."""
+    rule = re.search(rf"(?<![0-9a-z]){re.escape(token)}(?![0-9a-z])", haystack) is not None
+    assert contains_token(haystack, token) == rule
+
+
+def test_contains_token_examples():
+    text = "convenience fee inr 199, rst bom 12 and bom 1"
+    assert contains_token(text, "convenience fee inr") and contains_token(text, "199")
+    assert not contains_token(text, "fee in") and not contains_token(text, "19")  # inside a word / number
+    assert contains_token(text, "bom 1") and not contains_token(text, "rst bom 1")  # the later whole one counts
+    assert contains_token("₹199", "199") and not contains_token("a199", "199")  # only ASCII [0-9a-z] joins
 
 
 def test_generic_words_never_count():
