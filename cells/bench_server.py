@@ -245,7 +245,8 @@ class _Session(asyncio.Protocol):
     """One client session, driven by arrivals: each reply is timed when its bytes reach this process and is
     answered with the next request in the same callback (websockets' sans-I/O protocol does the handshake
     and framing). Episodes run back to back until the deadline or the shared step budget; `done` gets 1 if
-    the session was lost (refused, closed, an error frame, or an episode not ending as recorded), else 0.
+    the session was lost (refused, closed, an error frame, or an episode not ending as recorded), else 0;
+    `closed` is set once the connection is gone.
 
     Why not websockets' coroutine client (used before): on this 2-core machine the load generator shares the
     cores with the servers it measures. That client cost 113-127 us of CPU per DriftCall step, and each
@@ -256,18 +257,19 @@ class _Session(asyncio.Protocol):
     more than the noise between rounds."""
 
     def __init__(self, port: int, token: str, scripts: list[Script], offset: int, deadline: float,
-                 budget: list[int], lat: list[float], think_s: float, done: asyncio.Future[int]) -> None:
+                 budget: list[int], lat: list[float], think_s: float) -> None:
         self.ws = ClientProtocol(parse_uri(f"ws://{HOST}:{port}/ws"), max_size=2**22)
         self.token, self.scripts, self.next_script, self.deadline = token, scripts, offset, deadline
-        self.budget, self.lat, self.think_s, self.done = budget, lat, think_s, done
+        self.budget, self.lat, self.think_s = budget, lat, think_s
         self.rng = random.Random(offset)  # think-time jitter
         self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[int] = self.loop.create_future()  # 1: lost, 0: finished as recorded
+        self.closed: asyncio.Future[None] = self.loop.create_future()
         self.transport: asyncio.Transport | None = None
         self.script: Script | None = None
         self.turn = -1  # -1: awaiting the reset's reply; k: awaiting step k's
         self.sent_at = 0.0
         self.partial = bytearray()  # a fragmented message's frames so far
-        self.closed: asyncio.Future[None] = self.loop.create_future()  # the connection is gone
 
     # -------------------------------------------------------------------------------- transport events
     def connection_made(self, transport: Any) -> None:
@@ -441,8 +443,7 @@ async def _drive(port: int, token: str, scripts: list[Script], sessions: int, se
     clients: list[_Session] = []
 
     async def connect(k: int) -> None:
-        done: asyncio.Future[int] = loop.create_future()
-        client = _Session(port, token, scripts, k * 7, t0 + seconds, budget, lat, think_s, done)
+        client = _Session(port, token, scripts, k * 7, t0 + seconds, budget, lat, think_s)
         clients.append(client)
         try:
             await loop.create_connection(lambda: client, HOST, port)

@@ -120,12 +120,11 @@ def _session_against(replies: list[list[bytes]], reward: float | None = 1.0) -> 
     from websockets.server import ServerProtocol
 
     async def play() -> tuple[int | None, list[bytes], int]:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[int] = loop.create_future()
         script = bench_server.Script(b'{"type":"reset","data":{"seed":3}}', (b'{"type":"step","data":{"text":"x"}}',),
                                      reward)
         lat: list[float] = []
-        client = bench_server._Session(1, "tok", [script], 0, time.perf_counter() + 60, [1], lat, 0.0, done)
+        client = bench_server._Session(1, "tok", [script], 0, time.perf_counter() + 60, [1], lat, 0.0)
+        done = client.done
         server, pipe, got = ServerProtocol(), _Pipe(), []
         client.connection_made(pipe)
         server.receive_data(pipe.take())
