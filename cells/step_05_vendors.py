@@ -1,4 +1,4 @@
-"""Step 5 - vendors: five pure, deterministic mock APIs (16 tools) behind one `dispatch` (DESIGN §3).
+"""Step 5 - vendors: five pure, deterministic mock APIs (16 tools) behind one `dispatch` (docs/design.md#3-vendors).
 
 The face of `cells/vendors/`: re-exports the public API. An episode's whole vendor state is one
 frozen `World` (`new_world(goal, seed)`); `dispatch(world, tool, args, turn)` returns

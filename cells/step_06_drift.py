@@ -1,4 +1,4 @@
-"""Step 6 - drift: the catalogue of API changes, the per-episode schedule, and applying a drift (DESIGN §4).
+"""Step 6 - drift: the catalogue of API changes, the per-episode schedule, and applying a drift (docs/design.md#4-drift).
 
 `cells/data/drifts.yaml` holds >= 20 patterns over five kinds (schema, policy, tnc, pricing,
 auth); it is validated on load and a bad entry raises `DriftCatalogueError` naming the file,
@@ -26,7 +26,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     DOMAINS,
     DRIFT_KINDS,
     GOAL_DOMAINS,

@@ -1,4 +1,4 @@
-"""Step 7 - tasks: the seeded multilingual goal generator and the simulated user (DESIGN §5).
+"""Step 7 - tasks: the seeded multilingual goal generator and the simulated user (docs/design.md#5-tasks).
 
 `generate(seed, stage, language_weights) -> GoalSpec` is pure and deterministic: every decision
 (language, domain, template, slots, constraints, wording, hidden facts) draws from its own
@@ -31,14 +31,21 @@ from typing import TYPE_CHECKING
 
 from cells.distributed import is_main_process
 from cells.step_02_profiles import EVAL_SEEDS
-from cells.step_04_models import GOAL_DOMAINS, LANGUAGES, GoalSpec, stable_int
+from cells.step_04_datatypes import GOAL_DOMAINS, LANGUAGES, GoalSpec, stable_int
 from cells.tasks.catalog import (
+    BINDING_FACTS,
     CONSTRAINT_DETAIL_KEYS,
     INTENTS,
     REQUIRED_SLOTS,
     SLOT_TO_DETAIL,
+    SOFT_CONSTRAINTS,
+    UNREGISTERED_GSTIN,
+    USER_ONLY_ARGS,
+    BindingFact,
     TaskDataError,
     Template,
+    binding_checks,
+    binding_table,
     check_constraint,
     template_by_id,
     templates,
@@ -60,9 +67,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 __all__ = [
-    "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REQUIRED_SLOTS", "SLOT_TO_DETAIL",
-    "STAGE_CONSTRAINTS", "SimulatedUser", "TaskDataError", "TaskGenerationError", "Template",
-    "acknowledge", "check_constraint", "crosses_year", "detect_topics", "eval_seeds", "generate",
+    "BINDING_FACTS", "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REQUIRED_SLOTS", "SLOT_TO_DETAIL",
+    "SOFT_CONSTRAINTS", "STAGE_CONSTRAINTS", "UNREGISTERED_GSTIN", "USER_ONLY_ARGS", "BindingFact", "SimulatedUser", "TaskDataError",
+    "TaskGenerationError", "Template", "acknowledge", "binding_checks", "binding_table", "check_constraint", "crosses_year", "detect_topics", "eval_seeds", "generate",
     "in_later_year", "language_at", "may_cross_year", "money", "nfc", "opening", "render_values", "reply",
     "run", "script_of", "spoken_date", "spoken_time", "template_by_id", "templates", "templates_for",
 ]
@@ -115,6 +122,7 @@ def run(ctx: Context) -> Context:
                 fh.write(json.dumps(goal.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
     ctx.artifacts["sample_goals"] = path
     print(f"[tasks] {len(templates())} templates; {len(goals)} sample goals -> {path}")
+    print("  what a task booking must carry for r_task = 1 (BINDING_FACTS):\n" + binding_table())
     print(f"  {'st':<3}{'domain':<11}{'lang':<9}{'template':<34}{'#c':<3}utterance")
     for g in goals:
         print(f"  {g.stage:<3}{g.domain:<11}{g.language:<9}{g.template_id:<34}{len(g.constraints):<3}"

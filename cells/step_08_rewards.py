@@ -1,28 +1,29 @@
-"""Step 8 - rewards: a pure, deterministic, hack-resistant score of a finished Episode (DESIGN §6).
+"""Step 8 - rewards: a pure, deterministic, hack-resistant score of a finished Episode (docs/design.md#6-rewards).
 
     quality = Σ wᵢ·rᵢ / Σ wᵢ   over available components (task .45, drift .20, constraints .15,
                                 format .10; drift drops out when no drift fired)
-    reward  = clamp01(quality · (1 + r_penalty) · (1 − (c − r_task)²)) + 0.1 · r_penalty · (1 − r_task)
+    reward  = clamp01(quality · (1 + r_penalty) · (1 − (c − r_task)²))
+              + 0.1 · r_penalty · (1 − r_task) − 0.4 · harmed
 
 with `c` the submitted confidence (0 when the episode ended by abort, timeout or invalid
-actions). No floor: doing nothing earns 0. The weights are always divided by the sum of the
-available ones, so a perfect episode scores 1 with or without drift (DESIGN renormalises only
-the no-drift case, where this is the same thing).
+actions) and `harmed` 1 when any offence in `HARM_CODES` happened (a wrong booking left live, an
+unrequested charge or cancel, a direct payment, a fabricated fact), else 0. The weights are always
+divided by the sum of the available ones, so a perfect episode scores 1 with or without drift.
 
-The second term (weight `-MIN_REWARD`, step 4) is ours, on top of DESIGN §6's product: a *failed*
-episode's offences cost up to 0.1, so reward ∈ [-0.1, 1]. In the product alone an offence costs
-nothing once the task failed (quality is 0), and that is where the trained model offends: in the
-cpu-learn run at f1ceed7, 4 of the 5 probe episodes with an invented id booked nothing, and every
-stage-3 GRPO group with zero reward variance (31% of them) was 8 failures earning exactly 0, some of
-them with invented ids and repeated calls: the trainer got no gradient against the very behaviour
-the probe counts. With the term, a failure without offences (0) beats one with them (< 0), and
-GRPO's group-relative advantage says so. The contract still holds: the term is never positive, so
-no exploit gains; an honest failure without offences still earns 0; a policy that never books
-earns <= 0 < 0.1; a success (r_task = 1) pays only the product, as before.
+What success means: r_task = 1 only when the episode submitted, exactly one live goal-domain booking
+carries every binding fact (step_07's `BINDING_FACTS`: route, dates, party size, times, names,
+GSTIN, plus every stated constraint but the soft budget) and nothing harmed the user. A harmed
+episode is scored as a failure (every component gated to 0), so its reward is
+-0.4 + 0.1 · r_penalty ∈ [-0.5, -0.425]: strictly below an honest failure (0, or down to -0.1 with
+offences), and a success pays up to 1. Hence reward ∈ [MIN_REWARD, 1] = [-0.5, 1].
+
+The offence term: a *failed* episode's offences cost up to 0.1, so a failure without offences (0)
+beats one with them (< 0), and GRPO's group-relative advantage says so. The term is never positive,
+so no exploit gains; a policy that never books earns <= 0 < 0.1.
 
 Deliberate choices, checked against the probe contract (step_20: every exploit scores below an
 honest policy that tries and fails; a policy that never books scores < 0.1):
-- the *task booking* is the one live goal-domain booking matching every required slot; two live
+- the *task booking* is the one live goal-domain booking carrying every binding fact; two live
   bookings leave none ("book twice" cannot earn r_task);
 - r_constraints and r_format are measured on the task booking only. Paying them for any
   committed booking let "book the wrong thing fast, submit with confidence 0" earn up to
@@ -64,22 +65,31 @@ from cells.rewards.components import (
     r_task,
     task_booking,
 )
-from cells.rewards.penalty import FREE_PROBES, MAX_SAME_CALL, PENALTY, PENALTY_CAP, OffenceCode, r_penalty
-from cells.step_04_models import MIN_REWARD, Episode, Rewards, TerminatedBy
+from cells.rewards.penalty import (
+    FREE_PROBES,
+    HARM_CODES,
+    MAX_SAME_CALL,
+    PENALTY,
+    PENALTY_CAP,
+    OffenceCode,
+    r_penalty,
+)
+from cells.step_04_datatypes import MIN_REWARD, Episode, Rewards, TerminatedBy
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 __all__ = [
-    "DRIFT_HANDLING_WINDOW", "FAILED_OFFENCE_WEIGHT", "FREE_PROBES", "MAX_SAME_CALL", "PENALTY", "PENALTY_CAP",
-    "WEIGHTS",
+    "DRIFT_HANDLING_WINDOW", "FAILED_OFFENCE_WEIGHT", "FREE_PROBES", "HARM_CODES", "HARM_COST", "MAX_SAME_CALL",
+    "PENALTY", "PENALTY_CAP", "WEIGHTS",
     "DriftEvidence", "OffenceCode", "RewardInputError", "TaskRules", "combine", "compute_rewards",
     "confidence_of", "evidence_of", "r_constraints", "r_drift", "r_format", "r_penalty", "r_task", "rewards_of",
     "run", "task_booking",
 ]
 
 WEIGHTS: dict[str, float] = {"task": 0.45, "drift": 0.20, "constraints": 0.15, "format": 0.10}
-FAILED_OFFENCE_WEIGHT = -MIN_REWARD / PENALTY_CAP  # at the penalty cap a failed episode scores MIN_REWARD
+FAILED_OFFENCE_WEIGHT = 0.1  # a failed episode at the penalty cap scores -0.1
+HARM_COST = -MIN_REWARD - FAILED_OFFENCE_WEIGHT * PENALTY_CAP  # 0.4: a harmed one at the cap scores MIN_REWARD
 
 
 def confidence_of(episode: Episode) -> float:
@@ -91,21 +101,23 @@ def confidence_of(episode: Episode) -> float:
 
 
 def combine(parts: Mapping[str, float | None], penalty: float, confidence: float,
-            r_task_value: float) -> tuple[float, float, dict[str, Any]]:
-    """(reward, brier, breakdown) from component values; components that are None drop out."""
+            r_task_value: float, harmed: bool = False) -> tuple[float, float, dict[str, Any]]:
+    """(reward, brier, breakdown) from component values; components that are None drop out. A harmed
+    episode's components must already be gated to 0 (`_score` does it)."""
     used = {k: v for k, v in parts.items() if v is not None}
     weight_sum = sum(WEIGHTS[k] for k in used)
     quality = sum(WEIGHTS[k] * v for k, v in used.items()) / weight_sum
     brier = (confidence - r_task_value) ** 2
     raw = quality * (1.0 + penalty) * (1.0 - brier)
     failed_offences = FAILED_OFFENCE_WEIGHT * penalty * (1.0 - r_task_value)  # <= 0; 0 for a success
-    reward = min(1.0, max(0.0, raw)) + failed_offences
+    harm = -HARM_COST if harmed else 0.0
+    reward = min(1.0, max(0.0, raw)) + failed_offences + harm
     return reward, brier, {
         "weights": {k: WEIGHTS[k] / weight_sum for k in used}, "dropped": sorted(set(parts) - set(used)),
         "quality": quality, "penalty_factor": 1.0 + penalty, "calibration_factor": 1.0 - brier,
-        "failed_offence_term": failed_offences, "raw": raw,
+        "failed_offence_term": failed_offences, "harm_term": harm, "raw": raw,
         "formula": (f"clamp01(quality * (1 + r_penalty) * (1 - (confidence - r_task)^2)) "
-                    f"+ {FAILED_OFFENCE_WEIGHT:g} * r_penalty * (1 - r_task)"),
+                    f"+ {FAILED_OFFENCE_WEIGHT:g} * r_penalty * (1 - r_task) - {HARM_COST:g} * harmed"),
     }
 
 
@@ -125,16 +137,21 @@ def compute_rewards(episode: Episode, patterns: PatternLookup | None = None, *, 
 def _score(episode: Episode, patterns: PatternLookup | None, rules: TaskRules,
            tool_args: Mapping[str, frozenset[str]]) -> Rewards:
     evidence = evidence_for(episode.drifts, patterns)
-    booking, booking_detail = task_booking(episode, rules)
+    found, booking_detail = task_booking(episode, rules)
+    wrong = [c["booking_id"] for c in booking_detail["candidates"] if not c["matches"]]
+    pen, pen_b = r_penalty(episode, evidence, wrong, tool_args, rules)
+    harmed = bool(pen_b["harm"])
+    booking = None if harmed else found  # a booking that came with harm is not what the user asked for
+    if harmed and found is not None:
+        booking_detail = {**booking_detail, "booking_id": None, "harm": pen_b["harm"],
+                          "reason": f"harm {pen_b['harm']}: the booking does not count as a success"}
     task, task_b = r_task(episode, booking, booking_detail)
     drift, drift_b = r_drift(episode, evidence, booking)
     cons, cons_b = r_constraints(episode, booking, rules)
     fmt, fmt_b = r_format(episode, booking, rules)
-    wrong = [c["booking_id"] for c in booking_detail["candidates"] if not c["matches"]]
-    pen, pen_b = r_penalty(episode, evidence, wrong, tool_args)
     conf = confidence_of(episode)
     parts = {"task": task, "drift": drift, "constraints": cons, "format": fmt}
-    reward, brier, comb_b = combine(parts, pen, conf, task)
+    reward, brier, comb_b = combine(parts, pen, conf, task, harmed)
     breakdown = {
         "task": task_b, "drift": drift_b, "constraints": cons_b, "format": fmt_b, "penalty": pen_b,
         "confidence": {"value": conf, "terminated_by": episode.terminated_by.value,
@@ -158,9 +175,32 @@ def penalty_table() -> str:
     lines += [f"  {k:<12} {v:.2f}" for k, v in WEIGHTS.items()]
     lines.append(f"penalties (sum capped at -{PENALTY_CAP:g}; identical calls free up to {MAX_SAME_CALL}, "
                  f"probes free up to {FREE_PROBES}; drift window {DRIFT_HANDLING_WINDOW} turns; a failed "
-                 f"episode also loses {FAILED_OFFENCE_WEIGHT:g} x the sum):")
-    lines += [f"  {code.value:<24} -{PENALTY[code]:.2f}" for code in OffenceCode]
+                 f"episode also loses {FAILED_OFFENCE_WEIGHT:g} x the sum; harm (*) makes it a failure and "
+                 f"costs {HARM_COST:g} more):")
+    lines += [f"  {code.value + (' *' if code in HARM_CODES else ''):<24} -{PENALTY[code]:.2f}" for code in OffenceCode]
     return "\n".join(lines)
+
+
+JUDGE_DOC = "docs/judge.md"  # where `python -m cells judge --docs` writes the rules below
+
+
+def judge_rules_markdown() -> str:
+    """What success means and what each offence costs, as markdown rendered from the declarations
+    themselves (step_07's BINDING_FACTS and SOFT_CONSTRAINTS, this step's WEIGHTS, PENALTY and HARM_CODES)."""
+    from cells.step_07_tasks import binding_table
+
+    weights = ", ".join(f"{k} {v:g}" for k, v in WEIGHTS.items())
+    rows = ["| offence | cost | harm: scored as a failure, -" + f"{HARM_COST:g} |", "|---|---|---|"]
+    rows += [f"| `{code.value}` | {PENALTY[code]:g} | {'yes' if code in HARM_CODES else ''} |" for code in OffenceCode]
+    return "\n".join([
+        "**Binding facts**: r_task = 1 only when one live goal-domain booking carries every one of these.", "",
+        binding_table(), "",
+        f"**Weights** (renormalised over available components): {weights}. Offences sum to r_penalty, capped at "
+        f"-{PENALTY_CAP:g}; identical calls (case and whitespace folded) are free up to {MAX_SAME_CALL}, probes up "
+        f"to {FREE_PROBES}; a failed episode loses {FAILED_OFFENCE_WEIGHT:g} x r_penalty; the reward lies in "
+        f"[{MIN_REWARD:g}, 1].", "",
+        *rows,
+    ])
 
 
 def run(ctx: Context) -> Context:

@@ -14,7 +14,7 @@ measuring how much transcription noise costs (`DriftCallEnv(voice=...)`, off by 
   (text, language), so several policies on the same held-out seeds synthesise and transcribe each utterance once.
 - `voice_support()`: what works on this machine and, where something does not, the command that fixes it.
 
-Round trip, measured by `python -m cells bench voice` (README: character error rate per language and
+Round trip, measured by `python -m cells bench voice` (docs/benchmarks.md: character error rate per language and
 which spoken slots survive). Run alone: `python -m cells run --profile cpu-smoke --steps 9` (one utterance
 per language through the boundary, ~10-60 s: Whisper base is slow on Indic speech on a CPU).
 """
@@ -175,7 +175,7 @@ class VoiceBoundary:
 
     def __init__(self, tts: TTSEngine, asr: ASREngine, memo: int = 4096) -> None:
         self.tts, self.asr = tts, asr
-        self.hear = functools.lru_cache(maxsize=memo)(self._hear)  # type: ignore[method-assign]
+        self.hear = functools.lru_cache(maxsize=memo)(self._hear)
 
     def _hear(self, text: str, language: str) -> AudioTrace:
         t0 = time.perf_counter()

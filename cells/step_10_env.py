@@ -1,4 +1,4 @@
-"""Step 10 - environment: `DriftCallEnv`, the RL environment the agent lives in (DESIGN §7).
+"""Step 10 - environment: `DriftCallEnv`, the RL environment the agent lives in (docs/design.md#7-environment).
 
 One episode: `reset(seed)` draws a goal (step 7), builds the vendor world (step 5) and a drift
 schedule (step 6); each `step(action)` validates, advances the turn, fires due drifts, delivers
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cells.actions import ACTION_FORMAT_HELP, ActionParseError, parse_action
 from cells.errors import DriftCallError
 from cells.step_02_profiles import TURN_BUDGETS
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     LANGUAGES,
     ActionRecord,
     ActionType,
@@ -301,7 +301,7 @@ class DriftCallEnv:
             goal_utterance=goal_utterance,
             now=now,
             user_message=message,
-            last_result=result,
+            last_result=None if result is None else result.for_agent(),
             available_tools=live.tools,
             parse_error=parse_error,
             done=done,

@@ -1,4 +1,4 @@
-"""Step 11 - agent I/O: prompt rendering, scripted policies, episode drivers (DESIGN §8).
+"""Step 11 - agent I/O: prompt rendering, scripted policies, episode drivers (docs/design.md#8-agent-io).
 
 The face of `cells/agent/`:
 - the action grammar (`cells.actions`, the env's, re-exported here): `parse_action(text)` /

@@ -28,8 +28,8 @@ Why each model fits its hardware:
 - cpu-gemma (2 CPU cores): Gemma 3 270M base dequantised to fp32 is ~1.1 GB; LoRA r8 on all seven
   projections; every phase plays or trains a handful of episodes (measured: 58 training tokens/s, 5.0 GB peak).
 - cpu-smoke / cpu-learn: ~0.6 M parameter models (hidden 64-96, 2-3 layers, vocab 4096). On 2 cores
-  tokens/s buys more than parameters (issue 10's calibration: a 634k model at ~12,000 training tokens/s
-  beat a 1.08M one at ~6,600 in the same 25 minutes), so the learning profile stays this small.
+  tokens/s buys more than parameters (a ~0.6M model at about twice the training tokens/s of a ~1M one
+  learned more in the same minutes), so the learning profile stays this small.
 
 Reads `ctx.profile`, `ctx.run_dir`, `ctx.runtime` (optional); writes `ctx.model`, `ctx.tokenizer`,
 `ctx.artifacts["tiny_model"]` (CPU profiles).
@@ -128,7 +128,7 @@ def boot_unsloth(profile: Profile) -> tuple[Any, Any]:
 def boot_transformers(profile: Profile) -> tuple[Any, Any]:
     """Path 2: transformers (+ bitsandbytes 4-bit when asked) + peft LoRA."""
     import torch
-    from peft import get_peft_model, prepare_model_for_kbit_training
+    from peft import prepare_model_for_kbit_training
 
     from cells.modeling.sources import ensure_chat_template, load_tokenizer_and_model, resolve_model_source
 
@@ -154,7 +154,7 @@ def boot_transformers(profile: Profile) -> tuple[Any, Any]:
         model = prepare_model_for_kbit_training(model)
     elif on_gpu:
         model = model.to("cuda")
-    return get_peft_model(model, lora_config(profile)), tokenizer
+    return attach_adapter(model, profile), tokenizer
 
 
 def boot_tiny(profile: Profile, run_dir: Path) -> tuple[Any, Any]:
@@ -169,10 +169,17 @@ def boot_tiny(profile: Profile, run_dir: Path) -> tuple[Any, Any]:
 
 
 def attach_adapter(base: Any, profile: Profile) -> Any:
-    """Wrap a plain model with the profile's fresh LoRA (B = 0: the wrapped model computes what `base` does)."""
+    """Wrap a plain model with the profile's fresh LoRA (B = 0: the wrapped model computes what `base` does).
+
+    peft reads transformers' deprecated `is_gradient_checkpointing` while it wraps (a FutureWarning from inside
+    peft, not from a call of ours); that one warning is silenced here, and only here."""
+    import warnings
+
     from peft import get_peft_model
 
-    return get_peft_model(base, lora_config(profile))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(base, lora_config(profile))
 
 
 def boot_path(profile: Profile) -> str:
@@ -185,7 +192,7 @@ def boot_path(profile: Profile) -> str:
         raise ModelBootError(
             f"profile {profile.name!r} boots through Unsloth's CPU backend, and unsloth is not installed: install it "
             "as the notebook's Colab cell does (`pip install -r requirements-gpu.txt`, then `pip install --no-deps -r "
-            "requirements-unsloth.txt`; README \"Versions\"), or use profile cpu-gemma"
+            "requirements-unsloth.txt`; docs/contributing.md \"Versions\"), or use profile cpu-gemma"
         )
     return "transformers"
 
@@ -225,9 +232,9 @@ def run(ctx: Context) -> Context:
 
 def mean_prompt_tokens(tokenizer: Any, seeds: range = range(20)) -> float:
     """Mean token count of the turn-0 prompt (system prompt with tool docs + utterance) over a few goals."""
+    from cells.agent.chat import render_initial_prompt
     from cells.step_02_profiles import LANGUAGES
     from cells.step_07_tasks import generate
-    from cells.step_14_trainer import render_initial_prompt
 
     weights = dict.fromkeys(LANGUAGES, 1.0)
     lengths = [len(tokenizer(render_initial_prompt(tokenizer, generate(seed=s, stage=2, language_weights=weights)),

@@ -13,13 +13,13 @@ Run alone: `python -m cells run --profile cpu-smoke --steps 13` (~5 s: importing
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cells.distributed import launched_processes
 from cells.errors import DriftCallError
+from cells.modeling.episode_rewards import episode_rewards, field_of, is_finite_number
 from cells.step_02_profiles import Profile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BETA_KL: float = 0.04  # initial KL coefficient (fixed by the design); AdaptiveKLCallback retargets it
 STAGES: tuple[int, ...] = (1, 2, 3)
-COMPONENT_NAMES: tuple[str, ...] = ("r_task", "r_drift", "r_constraints", "r_format", "r_penalty", "brier")
 
 
 class GRPOConfigError(DriftCallError, ValueError):
@@ -96,6 +95,8 @@ def build_grpo_config(
         "data_seed": profile.seed,
         "dataloader_num_workers": 0,
         "disable_dropout": True,
+        # TRL's default, named as transformers 5 names it (TRL's own `gradient_checkpointing=True` warns each run)
+        "activation_checkpointing": True,
         **_precision_kwargs(profile),
     }
     kwargs.update(overrides)
@@ -103,47 +104,8 @@ def build_grpo_config(
 
 
 # ---------------------------------------------------------------------------------------------
-# Rewards from episodes
+# Rewards from episodes (read by `cells.modeling.episode_rewards`)
 # ---------------------------------------------------------------------------------------------
-
-
-def _field(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
-
-
-def episode_rewards(episode: Any) -> Any:
-    """The Rewards-like object (or mapping) for `episode`.
-
-    Order: the episode's own `rewards` (DriftCallEnv attaches them when it scores the episode, so
-    nothing is scored twice), a bare numeric `reward` (toy envs), else step 8's `compute_rewards`.
-    """
-    attached = _field(episode, "rewards")
-    if attached is not None and not callable(attached):
-        return attached
-    if _is_number(_field(episode, "reward")):
-        return episode
-    from cells.step_08_rewards import compute_rewards
-
-    return compute_rewards(episode)
-
-
-def reward_components(episode: Any) -> dict[str, float]:
-    """Scalar reward plus every numeric component the episode's rewards expose (None ones skipped)."""
-    rewards = episode_rewards(episode)
-    out = {"reward": float(_field(rewards, "reward"))}
-    extra = _field(rewards, "components")
-    names = list(COMPONENT_NAMES) + (list(extra) if isinstance(extra, Mapping) else [])
-    for name in names:
-        value = extra.get(name) if isinstance(extra, Mapping) and name in extra else _field(rewards, name)
-        if _is_number(value):
-            out[name] = float(value)
-    return out
 
 
 def reward_fn(
@@ -158,8 +120,8 @@ def reward_fn(
         raise GRPOConfigError(f"got {len(episodes)} episodes for {len(completions)} completions; must match")
     values = []
     for i, episode in enumerate(episodes):
-        value = _field(episode_rewards(episode), "reward")
-        if not _is_number(value):
+        value = field_of(episode_rewards(episode), "reward")
+        if not is_finite_number(value):
             raise GRPOConfigError(f"episode {i} has no finite numeric reward (got {value!r})")
         values.append(float(value))
     return values

@@ -5,7 +5,8 @@
   `__iter__`); the seed is `stage_base_seed + i`, or `seeds[i % len(seeds)]` when a seed list is given
   (the failure curriculum, `cells/training/failures.py`). TRL wants a `datasets.Dataset`, so the trainer feeds TRL a dataset of step indices and
   materialises the records itself.
-- `make_driftcall_grpo_trainer_cls()` -> `DriftCallGRPOTrainer(trl.GRPOTrainer)`. Its
+- `make_driftcall_grpo_trainer_cls()` -> `DriftCallGRPOTrainer(trl.GRPOTrainer)` (method bodies in
+  `cells/modeling/multiturn_grpo.py`). Its
   `_generate_and_score_completions` runs G multi-turn episodes per distinct prompt through
   `rollout_group_fn` (token-level: `cells/agent/groups.py` over `cells/agent/rollout.py`), scores them with
   `reward_fn_driftcall` (step 13) and returns exactly what TRL's `_compute_loss` reads: `prompt_ids`/`prompt_mask`
@@ -34,10 +35,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from cells.agent.prompt import (  # PINNED_SYSTEM_PROMPT: seed API re-export
-    PINNED_SYSTEM_PROMPT,
-    initial_messages,
-)
+from cells.agent.chat import render_initial_prompt  # re-exported: step 14's API
+from cells.agent.prompt import PINNED_SYSTEM_PROMPT  # seed API re-export
 from cells.errors import DriftCallError
 from cells.step_13_grpo_config import BETA_KL
 
@@ -90,12 +89,6 @@ class AdapterRecord:
     episode_seed: int
     stage: Literal[1, 2, 3]
     language_weights: dict[LanguageCode, float]
-
-
-def render_initial_prompt(tokenizer: Any, goal: Any) -> str:
-    """Turn-0 prompt: exactly two messages, the system prompt (pinned prompt + action format + the caller's
-    time and the tool docs at reset) and `goal.seed_utterance`, with the generation prompt on. Same text the rollout starts from."""
-    return str(tokenizer.apply_chat_template(initial_messages(goal), tokenize=False, add_generation_prompt=True))
 
 
 class EpisodeDatasetAdapter:
@@ -293,7 +286,7 @@ def register_first(trainer: Any, callback: Any) -> None:
 
 def make_driftcall_grpo_trainer_cls(base_cls: type[Any] | None = None) -> type[Any]:
     """Build `DriftCallGRPOTrainer` on `base_cls` (default `trl.GRPOTrainer`, imported lazily)."""
-    from cells.modeling import grpo_trainer_impl as impl
+    from cells.modeling import multiturn_grpo as impl
 
     resolved = base_cls if base_cls is not None else _import_grpo_trainer()
     return type("DriftCallGRPOTrainer", (resolved,), {

@@ -62,7 +62,7 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
     """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
     budget, `profile.sft_search_drills` search and `profile.sft_year_turn_drills` year-turn drills per conversation,
     and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
-    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.control`) later blocks, same recipe."""
+    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) later blocks, same recipe."""
     from cells.training.sft_data import EpisodePlanItem
 
     # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
@@ -97,7 +97,7 @@ def warm_start_conversations(ctx: Context) -> list[list[dict[str, Any]]]:
 
 
 def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: list[Any]) -> Any:
-    """Build the DriftCall GRPO trainer for `stage` (wiring point; the lead adjusts it here).
+    """Build the DriftCall GRPO trainer for `stage` (the one place its wiring is set).
 
     Contract the stage runner relies on: `output_dir` is the trainer's output_dir, `callbacks` are
     passed through, `max_steps` is the curriculum total, checkpoints are saved by steps.
@@ -156,7 +156,7 @@ def warm_start(ctx: Context) -> WarmStartResult:
     p = ctx.profile
     out = training_root(ctx) / "warm_start"
     adapter = out / ("model" if p.warm_start_full else "adapter")
-    guard_warm_start(ctx, adapter)  # issue 9: --fresh, and refuse an adapter made with other knobs (before loading)
+    guard_warm_start(ctx, adapter)  # --fresh, and refuse an adapter made with other knobs (before loading)
     if p.warm_start_full:
         result = _full_warm_start(ctx, out, adapter)
     elif (adapter / "adapter_model.safetensors").is_file():

@@ -20,10 +20,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cells.step_02_profiles import Profile
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
-SKIPPED_KNOBS: frozenset[str] = frozenset({"language_weights"})
+# Knobs declared with `report=False` (step 2's `knob`): too long for the configuration table.
+SKIPPED_KNOBS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Profile) if not f.metadata["report"])
 
 
 def _cell(value: Any) -> str:
@@ -37,7 +40,7 @@ def _cell(value: Any) -> str:
 
 
 def configuration_section(profile: Any) -> str:
-    """Every scalar knob of the profile (language weights are omitted for length)."""
+    """Every knob of the profile but those declared `report=False` (the language weights: too long)."""
     from cells.evaluation.markdown import table
 
     if profile is None or not dataclasses.is_dataclass(profile):

@@ -252,7 +252,7 @@ class DemoPanel:
     def __init__(self, session: DemoSession, seed: int = 0) -> None:
         import ipywidgets as w
 
-        from cells.step_04_models import LANGUAGES
+        from cells.step_04_datatypes import LANGUAGES
 
         self.session = session
         self.stage = w.Dropdown(options=[1, 2, 3], value=2, description="stage")

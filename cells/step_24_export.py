@@ -129,7 +129,7 @@ def load_export(export_dir: Path | str) -> tuple[Any, Any]:
 def greedy_actions(model: Any, tokenizer: Any, profile: Any, n: int = RELOAD_CHECK_EPISODES) -> list[list[str]]:
     """The assistant texts of `n` greedy held-out episodes (stage 2, one language each)."""
     from cells.evaluation.runner import EvalCase, play_greedy
-    from cells.step_04_models import LANGUAGES
+    from cells.step_04_datatypes import LANGUAGES
     from cells.step_07_tasks import eval_seeds
 
     cases = [EvalCase(eval_seeds(1, 2, lang)[0], 2, lang) for lang in LANGUAGES[:n]]

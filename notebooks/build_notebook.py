@@ -94,7 +94,7 @@ def pip_install(*args):
 if IN_COLAB:  # Colab's own CUDA torch stays; --no-deps keeps unsloth from downgrading trl/transformers
     pip_install("-r", "requirements.txt")
     pip_install("-r", "requirements-gpu.txt")
-    pip_install("--no-deps", "-r", "requirements-unsloth.txt")  # README "Versions" says why --no-deps
+    pip_install("--no-deps", "-r", "requirements-unsloth.txt")  # docs/contributing.md "Versions" says why --no-deps
 else:
     missing = [m for m in ("torch", "transformers", "trl", "peft", "ipywidgets", "tqdm") if importlib.util.find_spec(m) is None]
     if missing:

@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tiny import tiny_tokenizer
 
-from cells.training.bench_train import CountingCollator, TrainBench, main
+from cells.bench.train import CountingCollator, TrainBench, main
 
 
 def _bench(**kw):
@@ -47,7 +47,7 @@ def test_counting_collator_counts_real_tokens_labels_and_cells_of_trl_padding():
 
 
 def test_bench_train_is_reachable_from_the_cli(monkeypatch, capsys):
-    import cells.training.bench_train as bt
+    import cells.bench.train as bt
     from cells.__main__ import main as cli
 
     seen = {}
@@ -70,8 +70,8 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
     from types import SimpleNamespace
 
     from cells import step_15_train_stage1
+    from cells.bench.train import bench_grpo
     from cells.pipeline import make_context
-    from cells.training.bench_train import bench_grpo
 
     seen = {}
 
@@ -99,7 +99,7 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
 def test_a_saved_model_is_played_only_with_the_profiles_vocabulary(tmp_path):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from cells.training.bench_train import ModelVocabularyError, load_played_model
+    from cells.bench.train import ModelVocabularyError, load_played_model
 
     tok = tiny_tokenizer()
     config = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,

@@ -10,9 +10,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from cells import control
+from cells.bench import control
 from cells.step_02_profiles import TRAIN_SEEDS, get_profile
 from cells.training.metrics import COLUMNS
+from cells.training.sft_data import WarmStartError
 
 
 def _metrics_csv(path, step_times):
@@ -77,7 +78,7 @@ def test_control_is_cut_to_its_token_budget():
 
 def test_refuses_a_run_without_a_full_warm_start(tmp_path):
     (tmp_path / "profile.json").write_text(json.dumps(dataclasses.asdict(get_profile("cpu-smoke"))))
-    with pytest.raises(control.ControlError, match="no full warm start"):
+    with pytest.raises(WarmStartError, match="no full warm start"):
         control.run_control(tmp_path)
 
 

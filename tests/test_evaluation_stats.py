@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cells.evaluation import report, stats
 from cells.evaluation.records import EvalRecord, load_records_jsonl, record_from_episode, save_records_jsonl
 from cells.evaluation.synthetic import make_record, synthetic_records
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     ActionRecord,
     ActionType,
     DriftCallAction,

@@ -1,7 +1,24 @@
-"""Layers point one way: data model -> world (vendors, drift, tasks) -> rewards -> env (with its action
-grammar) -> agent (policies, prompt, rollout) -> training and evaluation. Every import under cells/,
-lazy ones inside functions included, goes to the same layer or a lower one; orchestration (the
-pipeline, the CLI, benchmarks) sits on top. A new module must be placed in a layer here."""
+"""Layers point one way, and no module imports itself back.
+
+    data model < world (vendors, drift, tasks) < rewards < env (with its action grammar) < agent (policies,
+    prompt, rollout) < modeling < modeling steps (12-14) < evaluation < training < training steps (15-17)
+    < evaluation steps (18-25) and the run readers < tools (benchmarks, the control, the runner, the CLI)
+
+A package sits below the step modules that face it: `cells/modeling/`, `cells/evaluation/` and `cells/training/`
+are the engines the steps coordinate, so a helper there never reaches back up into a step. The evaluation
+engine (held-out plans, the runner, records, reports, statistics) sits below training because step 15 checks
+its warm start on held-out seeds with it; the evaluation steps sit above training, with the run readers
+(`evaluation/results.py`, `evaluation/diagnose.py`), which read what every step wrote. The rules, every import
+under cells/ (lazy ones inside functions, relative ones) included:
+
+1. an import goes to the same layer or a lower one;
+2. a step imports no later step (the notebook's reading order);
+3. the runner (`cells.pipeline`) is imported below the tools layer only for the `Context` annotation, under
+   `if TYPE_CHECKING:` (every step's `run(ctx)` takes one);
+4. no import cycle between modules at run time (imports under `if TYPE_CHECKING:` never run).
+
+A new module must be placed in a layer here.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +35,17 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("rewards", r"cells\.(step_08_\w+|rewards)(\..+)?"),
     ("env", r"cells\.(step_09_\w+|step_10_\w+|actions|openenv_env|server)(\..+)?"),
     ("agent", r"cells\.(step_11_\w+|agent)(\..+)?"),
-    ("training/evaluation", r"cells\.(step_(1[2-9]|2\d)_\w+|modeling|training|evaluation)(\..+)?"),
+    ("modeling", r"cells\.modeling(\..+)?"),
+    ("modeling steps", r"cells\.step_1[2-4]_\w+(\..+)?"),
+    ("evaluation", r"cells\.evaluation(?!\.(results|diagnose)\b)(\..+)?"),
+    ("training", r"cells\.training(\..+)?"),
+    ("training steps", r"cells\.step_1[5-7]_\w+(\..+)?"),
+    ("evaluation steps", r"cells\.(step_(1[89]|2\d)_\w+|evaluation\.(results|diagnose))(\..+)?"),
+    ("tools", r"cells(\.(pipeline|__main__|reloading|bench)(\..+)?)?"),
 )
-ORCHESTRATION = re.compile(
-    r"cells(\.(pipeline|__main__|bench|bench_server|bench_voice|reloading|results|control|diagnose))?$")
+TOOLS = len(LAYERS) - 1
+RUNNER = "cells.pipeline"
+STEP = re.compile(r"cells\.step_(\d\d)_\w+")
 
 
 def layer_of(module: str) -> int | None:
@@ -36,11 +60,22 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_in(source: str, module: str, is_package: bool = False) -> list[tuple[str, int]]:
-    """(imported module or module.name, line) for every import in `source`, however deeply nested."""
+def _type_only_lines(tree: ast.AST) -> set[int]:
+    """Lines of the imports under `if TYPE_CHECKING:` (they never run)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines |= {n.lineno for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return lines
+
+
+def imports_in(source: str, module: str, is_package: bool = False) -> list[tuple[str, int, bool]]:
+    """(imported module or module.name, line, type-only) for every import in `source`, however deeply nested."""
     package = module if is_package else module.rpartition(".")[0]
+    tree = ast.parse(source)
+    type_only = _type_only_lines(tree)
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -49,38 +84,128 @@ def imports_in(source: str, module: str, is_package: bool = False) -> list[tuple
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
             out += [(base, node.lineno)] + [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
-    return [(name, line) for name, line in out if name.startswith("cells.")]
+    return [(name, line, line in type_only) for name, line in out if name.startswith("cells.")]
 
 
-def imports_of(path: Path) -> list[tuple[str, int]]:
+def violations(module: str, source: str, is_package: bool = False) -> list[str]:
+    """Rules 1-3 of the module docstring, as one line per offending import."""
+    mine = layer_of(module)
+    step = STEP.fullmatch(module)
+    found = []
+    for name, line, type_only in imports_in(source, module, is_package):
+        theirs = layer_of(name)
+        if name == RUNNER or name.startswith(RUNNER + "."):
+            if mine != TOOLS and not (type_only and name in (RUNNER, f"{RUNNER}.Context")):
+                found.append(f"line {line}: {name}: the runner, below the tools layer (only `Context`, type-only)")
+        elif mine is not None and theirs is not None and theirs > mine:
+            found.append(f"line {line}: {name} ({LAYERS[theirs][0]}) from {LAYERS[mine][0]}")
+        if step and (later := STEP.match(name)) and int(later.group(1)) > int(step.group(1)):
+            found.append(f"line {line}: {name}: a later step than {module}")
+    return found
+
+
+def imports_of(path: Path) -> list[tuple[str, int, bool]]:
     return imports_in(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
 
 
 SOURCES = sorted((ROOT / "cells").rglob("*.py"))
+MODULES = {module_name(p): p for p in SOURCES}
 
 
 def test_every_module_has_a_layer():
-    unplaced = [module_name(p) for p in SOURCES if layer_of(module_name(p)) is None
-                and not ORCHESTRATION.fullmatch(module_name(p))]
+    unplaced = [module_name(p) for p in SOURCES if layer_of(module_name(p)) is None]
     assert unplaced == [], f"place these modules in a layer in tests/test_layers.py: {unplaced}"
 
 
-@pytest.mark.parametrize("path", [p for p in SOURCES if not ORCHESTRATION.fullmatch(module_name(p))],
-                         ids=lambda p: module_name(p))
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
 def test_imports_never_point_up(path: Path):
-    mine = layer_of(module_name(path))
-    upward = [f"line {line}: {name} ({LAYERS[theirs][0]})" for name, line in imports_of(path)
-              if (theirs := layer_of(name)) is not None and mine is not None and theirs > mine]
-    assert upward == [], f"{module_name(path)} ({LAYERS[mine][0]}) imports from a higher layer: {upward}"
+    found = violations(module_name(path), path.read_text(encoding="utf-8"), path.name == "__init__.py")
+    assert found == [], f"{module_name(path)} ({LAYERS[layer_of(module_name(path)) or 0][0]}) imports upward: {found}"
+
+
+def _home(name: str, modules: set[str]) -> str | None:
+    """The module an imported name lives in (`cells.a.b.f` -> `cells.a.b`)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                cycles.append(sorted([v, *component]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def runtime_graph() -> dict[str, set[str]]:
+    """module -> the modules it imports at run time (lazy ones too; a package's own `__init__` left out)."""
+    names = set(MODULES)
+    graph = {}
+    for module, path in MODULES.items():
+        homes = {_home(name, names) for name, _, type_only in imports_of(path) if not type_only}
+        graph[module] = {h for h in homes if h and h != module and not module.startswith(h + ".")}
+    return graph
+
+
+def test_no_import_cycles():
+    """A cycle hidden behind a lazy import still ties the modules together: each must be importable, testable and
+    understandable without the other. Open one by moving what both need into a module below them."""
+    assert import_cycles(runtime_graph()) == []
 
 
 def test_the_checker_sees_lazy_and_relative_upward_imports():
     """An import hidden inside a function, or written relative, is found all the same."""
     lazy = imports_in("def f():\n    from cells.step_11_agent import ExpertPolicy\n", "cells.vendors.x")
     relative = imports_in("from ..agent.policies import base\n", "cells.rewards.x")
-    assert ("cells.step_11_agent", 2) in lazy and ("cells.agent.policies", 1) in relative
-    assert layer_of("cells.step_11_agent") > layer_of("cells.vendors.x")
-    assert layer_of("cells.agent.policies") > layer_of("cells.rewards.x")
+    assert ("cells.step_11_agent", 2, False) in lazy and ("cells.agent.policies", 1, False) in relative
+    assert violations("cells.vendors.x", "def f():\n    from cells.step_11_agent import ExpertPolicy\n")
+    assert violations("cells.rewards.x", "from ..agent.policies import base\n")
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    ("cells.step_12_model", "def f():\n    from cells.step_14_trainer import render_initial_prompt\n"),  # later step
+    ("cells.modeling.sources", "def f():\n    from cells.training.warm_start import render_segments\n"),  # training
+    ("cells.modeling.x", "def f():\n    from cells.step_13_grpo_config import reward_components\n"),  # helper -> step
+    ("cells.training.x", "def f():\n    from cells.pipeline import make_context\n"),  # the runner, at run time
+    ("cells.training.control", "def f():\n    from cells.step_15_train_stage1 import sft_plan_item\n"),  # helper -> step
+    ("cells.evaluation.runner", "def f():\n    from cells.training.metrics import read_metrics_csv\n"),  # engine -> training
+])
+def test_the_finer_layers_catch_what_the_coarse_one_missed(module, source):
+    """The upward imports the one-layer 'steps 12-25 + modeling + training + evaluation' check let through."""
+    assert violations(module, source) != []
+
+
+def test_the_context_annotation_may_name_the_runner():
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cells.pipeline import Context\n"
+    assert violations("cells.step_04_datatypes", source) == []
+    assert violations("cells.step_04_datatypes", source.replace("Context", "make_context")) != []
+
+
+def test_the_cycle_check_catches_a_lazy_cycle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
 # ---------------------------------------------------------------------------------------------- one fact, one home

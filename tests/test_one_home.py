@@ -42,21 +42,21 @@ def _copies(names: set[str], at_least: int) -> list[str]:
 def test_the_goal_write_tool_map_is_declared_once():
     """step 4 declares `GOAL_WRITE_TOOLS` (the players may not import the vendors, so not the registry);
     step 6, the reward and the players import it. Two booking/order tool names in one literal is a copy."""
-    from cells.step_04_models import GOAL_WRITE_TOOLS
+    from cells.step_04_datatypes import GOAL_WRITE_TOOLS
 
-    home = ROOT / "cells" / "step_04_models.py"
+    home = ROOT / "cells" / "step_04_datatypes.py"
     spelled = [c for c in _copies(set(GOAL_WRITE_TOOLS.values()), at_least=2) if not c.startswith(_rel(home))]
-    assert spelled == [], f"import step_04_models.GOAL_WRITE_TOOLS instead of spelling it out: {spelled}"
+    assert spelled == [], f"import step_04_datatypes.GOAL_WRITE_TOOLS instead of spelling it out: {spelled}"
 
 
 def test_the_goal_search_tool_map_is_declared_once():
     """`GOAL_SEARCH_TOOLS` sits next to `GOAL_WRITE_TOOLS` for the same reason; two search tool names in one
     literal elsewhere is a copy."""
-    from cells.step_04_models import GOAL_SEARCH_TOOLS
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS
 
-    home = ROOT / "cells" / "step_04_models.py"
+    home = ROOT / "cells" / "step_04_datatypes.py"
     spelled = [c for c in _copies(set(GOAL_SEARCH_TOOLS.values()), at_least=2) if not c.startswith(_rel(home))]
-    assert spelled == [], f"import step_04_models.GOAL_SEARCH_TOOLS instead of spelling it out: {spelled}"
+    assert spelled == [], f"import step_04_datatypes.GOAL_SEARCH_TOOLS instead of spelling it out: {spelled}"
 
 
 def test_the_copy_check_catches_a_copy(tmp_path):

@@ -11,7 +11,7 @@ from cells.pipeline import STEPS, PipelineError, parse_step_range, step_by_numbe
 def test_registry_numbers_are_unique_and_ordered():
     numbers = [s.number for s in STEPS]
     assert numbers == sorted(set(numbers))
-    assert step_by_number(4).module == "step_04_models"
+    assert step_by_number(4).module == "step_04_datatypes"
     with pytest.raises(PipelineError, match="registered steps"):
         step_by_number(99)
 
@@ -26,7 +26,7 @@ def test_parse_step_range():
 
 def test_cli_list_and_unknown_profile(capsys):
     assert main(["list"]) == 0
-    assert "step_04_models" in capsys.readouterr().out
+    assert "step_04_datatypes" in capsys.readouterr().out
     assert main(["run", "--profile", "nope", "--steps", "1"]) == 2
     assert "valid profiles" in capsys.readouterr().err
 
@@ -136,3 +136,18 @@ def test_cli_prints_project_errors_as_one_line_and_lets_other_errors_show_a_trac
                             "import cells.__main__ as m; m._cmd_list = lambda a: int('x'); sys.exit(main(['list']))"],
                            capture_output=True, text=True, timeout=120)
     assert crash.returncode == 1 and "Traceback" in crash.stderr and "ValueError" in crash.stderr
+
+
+def test_cli_refuses_a_gpu_profile_without_cuda_before_any_step(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from cells.step_02_profiles import PROFILES
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run_dir = tmp_path / "run"
+    assert main(["run", "--profile", "colab-t4", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: NoGpuError: profile 'colab-t4' needs a CUDA GPU")
+    named = err.split("use a CPU profile: ")[1].strip().split(", ")
+    assert named == [name for name, profile in PROFILES.items() if profile.is_cpu] and "cpu-smoke" in named
+    assert not run_dir.exists()  # step 1, which creates it, never ran

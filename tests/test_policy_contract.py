@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cells import bench
-from cells.step_04_models import LANGUAGES
+from cells.bench import env_policies as bench
+from cells.step_04_datatypes import LANGUAGES
 
 SEEDS_PER_STAGE = 60  # 12 per language
 

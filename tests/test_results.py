@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cells import results
+from cells.evaluation import results
 from cells.evaluation.report import build_eval_report, compare_reports, save_report_json
 from cells.evaluation.synthetic import synthetic_records
 from cells.training.metrics import COLUMNS
@@ -64,7 +64,8 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
     assert "Copy pretraining before the warm start" in text and "1,725 steps" in text and "reached the stop" in text
     assert "copied exactly: uniform 99.0%, name_list 81.5%" in text
     assert "Peak resident memory of the run: 1,234 MiB" in text  # the largest step's peak (1,234.5 rounds down)
-    assert "Issue 10's targets" in text and "after warm start" in text
+    assert "Learning targets (set for cpu-learn)" in text and "after warm start" in text
+    assert text.splitlines()[1].startswith("_Written by `python -m cells results --run-dir ")  # command, commit, date
     profile = json.loads((run / "profile.json").read_text())
     (run / "profile.json").write_text(json.dumps({**profile, "sft_episodes": 60, "sft_search_drills": 0.67}))
     assert "100 examples (60 fresh expert conversations + 40 search drills)" in results.results_section(run)
@@ -170,7 +171,7 @@ def test_errors_name_what_is_missing(tmp_path):
 
 def test_copy_diagnostics_count_issued_tokens_and_right_slots():
     from cells.agent.play import play_episode
-    from cells.diagnose import copy_diagnostics
+    from cells.evaluation.diagnose import copy_diagnostics
     from cells.step_07_tasks import eval_seeds
     from cells.step_10_env import DriftCallEnv
     from cells.step_11_agent import EXPLOIT_POLICIES, ExpertPolicy
@@ -197,7 +198,7 @@ def test_copy_diagnostics_count_search_dates_by_one_and_two_digit_day():
     import re
 
     from cells.agent.play import play_episode
-    from cells.diagnose import copy_diagnostics, date_slot_kind, offence_row
+    from cells.evaluation.diagnose import copy_diagnostics, date_slot_kind, offence_row
     from cells.step_07_tasks import eval_seeds
     from cells.step_08_rewards import rewards_of
     from cells.step_10_env import DriftCallEnv
@@ -240,7 +241,7 @@ def test_copy_diagnostics_count_search_dates_by_one_and_two_digit_day():
 def test_refusal_summary_counts_the_same_call_sent_again_after_a_refused_booking():
     """The naive player answers a refused booking with one identical retry; the expert never does."""
     from cells.agent.play import play_episode
-    from cells.diagnose import refusal_cases, refusal_summary
+    from cells.evaluation.diagnose import refusal_cases, refusal_summary
     from cells.step_10_env import DriftCallEnv
     from cells.step_11_agent import ExpertPolicy, NaivePolicy
 
@@ -300,7 +301,7 @@ def test_copy_diagnostics_count_dates_at_the_years_turn_again():
     """A date in the next calendar year is counted under its day kind and again as `year_turn`; a player that writes
     this year for it (the dfb6f13 warm start's error: `2026-01-09` for `2027-01-09`) is wrong there."""
     from cells.agent.play import play_episode
-    from cells.diagnose import DAY_KINDS, copy_diagnostics
+    from cells.evaluation.diagnose import DAY_KINDS, copy_diagnostics
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_07_tasks import crosses_year, generate
     from cells.step_10_env import DriftCallEnv
@@ -329,7 +330,7 @@ def test_copy_diagnostics_count_dates_at_the_years_turn_again():
 
 def _scripted_failures(policy, stage=1, n=4):
     from cells.agent.play import play_episode
-    from cells.diagnose import failure_row
+    from cells.evaluation.diagnose import failure_row
     from cells.step_07_tasks import eval_seeds
     from cells.step_08_rewards import rewards_of
     from cells.step_10_env import DriftCallEnv
@@ -343,7 +344,7 @@ def _scripted_failures(policy, stage=1, n=4):
 
 
 def test_failure_rows_say_why_the_task_failed_from_the_reward_breakdown():
-    from cells.diagnose import failure_summary
+    from cells.evaluation.diagnose import failure_summary
     from cells.step_11_agent import EXPLOIT_POLICIES
 
     wrong = _scripted_failures(EXPLOIT_POLICIES["wrong_fast"])
@@ -357,7 +358,7 @@ def test_failure_rows_say_why_the_task_failed_from_the_reward_breakdown():
 
 
 def test_section_summarises_the_trained_models_failures_when_diagnosed(tmp_path):
-    from cells.diagnose import failure_summary
+    from cells.evaluation.diagnose import failure_summary
     from cells.step_11_agent import EXPLOIT_POLICIES
 
     run, _, _ = _fake_run(tmp_path)
@@ -371,7 +372,7 @@ def test_section_summarises_the_trained_models_failures_when_diagnosed(tmp_path)
 def test_an_invented_id_is_read_against_the_string_shown_most_like_it():
     from types import SimpleNamespace
 
-    from cells.diagnose import invented_id_reading, nearest_shown
+    from cells.evaluation.diagnose import invented_id_reading, nearest_shown
 
     shown = SimpleNamespace(turn=2, response={"flights": [{"flight_id": "IX-898"}, {"flight_id": "AI-4417"}]})
     episode = SimpleNamespace(results=(shown,))
@@ -385,7 +386,7 @@ def test_an_invented_id_is_read_against_the_string_shown_most_like_it():
 
 def test_section_lists_the_trained_models_probe_offences_when_diagnosed(tmp_path):
     from cells.agent.play import play_episode
-    from cells.diagnose import offence_row, probe_offence_summary
+    from cells.evaluation.diagnose import offence_row, probe_offence_summary
     from cells.step_07_tasks import eval_seeds
     from cells.step_08_rewards import rewards_of
     from cells.step_10_env import DriftCallEnv
@@ -449,3 +450,29 @@ def test_a_pretrained_model_run_labels_its_baseline_and_reports_generation_speed
     assert "pretrained (adapter off)" in text and "after warm start + GRPO" in text
     assert "| baseline (adapter off) | 15 | 2,880 | 240 | 12.0 |" in text
     assert "Issue 10's targets" not in text  # set for the tiny CPU profiles only
+
+
+def test_the_glance_block_reads_the_sections_of_the_results_file(tmp_path):
+    run, _, _ = _fake_run(tmp_path)
+    docs = tmp_path / "results.md"
+    docs.write_text("# Results\n\n" + results.results_section(run) + "\n")
+    block = results.glance_block(docs.read_text())
+    lines = block.splitlines()
+    assert len(lines) <= 15 and lines[0].startswith("<!-- results:glance:begin") and lines[-1].endswith(":end -->")
+    assert "at commit" not in block  # the README names no commit
+    row = next(line for line in lines if "cpu-learn" in line)
+    stages = results._tables_after(docs.read_text(), "Held-out success by stage")
+    all_row = dict(zip(stages[0], next(r for r in stages[1:] if r[0] == "all"), strict=True))
+    assert f"| {all_row['after warm start'].split(' [')[0]} |" in row  # the docs' number, not retyped
+    assert "15.0 min" in row  # the wall time of the section's header sentence
+
+
+def test_without_run_files_the_command_keeps_the_section_and_rewrites_the_glance(tmp_path, capsys):
+    run, _, _ = _fake_run(tmp_path)
+    docs, readme = tmp_path / "results.md", tmp_path / "README.md"
+    docs.write_text(results.results_section(run) + "\n")
+    readme.write_text("# Title\n\n" + "\n".join(results.docblocks.markers(results.GLANCE, results.COMMAND)) + "\nend\n")
+    kept = docs.read_text()
+    assert results.main(["--run-dir", str(tmp_path / "nothing"), "--readme", str(docs), "--glance", str(readme)]) == 0
+    assert docs.read_text() == kept and "kept the existing section" in capsys.readouterr().out
+    assert "| [`cpu-learn`](docs/results.md) |" in readme.read_text() and readme.read_text().endswith("\nend\n")

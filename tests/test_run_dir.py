@@ -15,7 +15,7 @@ from tiny import grpo_factory, tiny_model, tiny_tokenizer
 
 from cells.pipeline import Context
 from cells.step_02_profiles import get_profile
-from cells.step_04_models import canonical_json
+from cells.step_04_datatypes import canonical_json
 from cells.training.checkpoints import (
     META_NAME,
     RunDirMismatchError,

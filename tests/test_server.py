@@ -25,7 +25,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from cells.distributed import free_port
-from cells.server.middleware import CLOSE_IDLE, CLOSE_TOO_BIG, Limits
+from cells.server.middleware import Limits
+from cells.server.session import CLOSE_IDLE, CLOSE_TOO_BIG
 
 TOKEN, JUDGE = "agent-token-0123456789", "judge-token-0123456789"
 AGENT_H, JUDGE_H = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {JUDGE}"}
@@ -493,6 +494,17 @@ def test_serve_command_refuses_to_start_without_a_token() -> None:
     assert done.returncode == 2 and "DRIFTCALL_TOKEN" in done.stderr
 
 
+def test_serve_command_passes_its_limits_to_the_server(monkeypatch: Any) -> None:
+    import cells.server.app as app_module
+    from cells.__main__ import main
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(app_module, "serve", lambda host, port, stage, **kw: seen.update(kw))
+    assert main(["serve", "--insecure-local", "--max-sessions", "3", "--session-ttl", "9", "--send-timeout", "2.5"]) == 0
+    limits = seen["limits"]
+    assert (limits.max_sessions, limits.session_ttl_s, limits.send_timeout_s) == (3, 9.0, 2.5)
+
+
 def test_manifest_parses_with_openenv_and_names_an_importable_app(monkeypatch: Any) -> None:
     from openenv.validation.parsers.openenv_yaml import OpenEnvYamlParser
 
@@ -512,7 +524,7 @@ def test_manifest_parses_with_openenv_and_names_an_importable_app(monkeypatch: A
 
 
 def test_importing_the_server_package_stays_light() -> None:
-    code = ("import sys, cells.server, cells.server.app, cells.server.middleware, cells.bench_server; "
+    code = ("import sys, cells.server, cells.server.app, cells.server.middleware, cells.bench.server; "
             "heavy = [m for m in ('openenv', 'fastapi', 'gradio', 'uvicorn', 'torch') if m in sys.modules]; "
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, cwd=ROOT)

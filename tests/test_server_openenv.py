@@ -18,7 +18,7 @@ from cells.openenv_env import (
     ResetArgumentError,
     from_observation_payload,
 )
-from cells.step_04_models import ActionType
+from cells.step_04_datatypes import ActionType
 
 
 def test_action_kinds_match_the_core_enum() -> None:

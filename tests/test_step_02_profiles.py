@@ -115,3 +115,61 @@ def test_a_finished_run_is_reloaded_with_its_own_seed_and_model(tmp_path):
     assert load_run_profile(other).seed == get_profile("cpu-gemma").seed
     with pytest.raises(ProfileError, match=r"profile\.json is missing"):
         load_run_profile(tmp_path / "never-ran")
+
+
+# ---------------------------------------------------------------------------------------------- documented knobs
+def test_every_knob_is_documented_with_a_scope():
+    """Each `Profile` field carries its help and scope (TRL-style field metadata), so the table can be printed."""
+    from cells.step_02_profiles import KNOB_SCOPES
+
+    for f in dataclasses.fields(Profile):
+        assert f.metadata.get("help", "").strip(), f"{f.name}: declare it with knob(..., help=...)"
+        assert f.metadata["scope"] in KNOB_SCOPES, f.name
+
+
+def test_an_unknown_scope_is_refused():
+    from cells.step_02_profiles import knob
+
+    with pytest.raises(ProfileError, match="scope 'eval'"):
+        knob(1, help="x", scope="eval")
+
+
+def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarations():
+    """The knobs the run-dir check drops and the one the report leaves out: pinned, so moving a knob between scopes
+    (which changes which run dirs are reused) is a deliberate change to this test."""
+    from cells.step_02_profiles import knobs_in_scope
+    from cells.step_22_summary import SKIPPED_KNOBS
+    from cells.training.checkpoints import GRPO_ONLY_KNOBS, NOT_TRAINING_KNOBS
+
+    assert NOT_TRAINING_KNOBS == knobs_in_scope("evaluation", "run") == {
+        "run_root", "save_every", "warm_start_eval_per_cell", "eval_episodes_per_cell", "pass_k",
+        "probe_episodes_per_policy", "bootstrap_resamples", "voice_eval_per_cell"}
+    assert GRPO_ONLY_KNOBS == knobs_in_scope("grpo") == {
+        "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate", "max_grad_norm",
+        "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage", "grpo_failure_candidates"}
+    assert sorted(SKIPPED_KNOBS) == ["language_weights"]
+
+
+def test_the_tables_list_every_preset_and_knob():
+    from cells.step_02_profiles import PRESET_NOTES, knobs_markdown, presets_markdown
+
+    assert set(PRESET_NOTES) == set(PROFILES)
+    presets, knobs = presets_markdown(), knobs_markdown()
+    assert all(f"| `{name}` |" in presets for name in PROFILES)
+    assert all(f"| `{f.name}` |" in knobs for f in dataclasses.fields(Profile))
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_embedded_tables_are_what_the_profiles_command_writes(index):
+    """README.md and docs/profiles.md embed `python -m cells profiles --docs`'s blocks; rerun it after a change."""
+    from pathlib import Path
+
+    from cells.evaluation.docblocks import block_body
+    from cells.step_02_profiles import PROFILE_DOCS, knobs_markdown, presets_markdown
+
+    path, name, _ = PROFILE_DOCS[index]
+    written = block_body((Path(__file__).resolve().parents[1] / path).read_text(encoding="utf-8"), name)
+    assert written is not None, f"{path} lost its {name} markers"
+    expected = (presets_markdown, knobs_markdown)[index]()
+    assert written.split("\n", 2)[2].strip("\n") == expected.strip("\n"), (
+        f"{path}'s {name} block is stale: run `python -m cells profiles --docs`")

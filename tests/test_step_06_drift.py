@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cells.step_04_models import DOMAINS, DRIFT_KINDS, Constraint
+from cells.step_04_datatypes import DOMAINS, DRIFT_KINDS, Constraint
 from cells.step_05_vendors import new_world
 from cells.step_06_drift import (
     DriftCatalogueError,
@@ -163,7 +163,7 @@ def adapted_flow(world):
     rooms = [r for r in hotel["rooms"] if r["room_type"] not in f["hotel"]["unavailable_room_types"]]
     room = min(rooms, key=lambda r: r["nightly_rate_inr"])
     args = {"hotel_id": hotel["hotel_id"], "room_type": room["room_type"], "check_in": s["check_in"],
-            "check_out": s["check_out"], "rooms": s["rooms"], "gst_number": "29ABCDE1234F1Z5", **pay}
+            "check_out": s["check_out"], "rooms": s["rooms"], "gst_number": g.user.gstin or "UNREGISTERED", **pay}
     return call(world, "hotel.book", args)[0], args
 
 
@@ -255,7 +255,7 @@ def test_apply_drift_bumps_schema_version_and_keeps_old_world():
 
 DIGEST_SCRIPT = """
 import json
-from cells.step_04_models import canonical_json, stable_digest
+from cells.step_04_datatypes import canonical_json, stable_digest
 from cells.step_05_vendors import new_world
 from cells.vendors.selfcheck import sample_goal
 from cells.step_06_drift import build_schedule

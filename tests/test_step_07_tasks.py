@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cells.step_02_profiles import EVAL_SEEDS, get_profile
-from cells.step_04_models import GOAL_DOMAINS, LANGUAGES, Booking, Constraint, GoalSpec
+from cells.step_04_datatypes import GOAL_DOMAINS, LANGUAGES, Booking, Constraint, GoalSpec
 from cells.step_07_tasks import (
     INTENTS,
     LANGUAGE_SCRIPT,
@@ -326,7 +326,8 @@ def test_check_constraint_in_and_missing() -> None:
     assert check_constraint(Constraint("diet_tags", "in", ["veg", "egg"]), booking_for(goal, diet_tags="egg"))[0]
     assert check_constraint(veg, booking_for(goal)) == (False, None)  # detail missing
     assert check_constraint(Constraint("rating", "ge", 4.0), booking_for(goal, rating="high")) == (False, "high")
-    assert SLOT_TO_DETAIL == {"passengers": "passenger_count"}  # flat slot -> Booking.details key
+    # flat slot -> Booking.details key, derived from BINDING_FACTS
+    assert SLOT_TO_DETAIL == {"passengers": "passenger_count", "party_size": "item_count", "diet": "diet_tags"}
 
 
 # ---------------------------------------------------------------------------------------------

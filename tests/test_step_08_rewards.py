@@ -24,7 +24,7 @@ from cells.rewards.adapters import (
 )
 from cells.rewards.common import contains_token, norm_text
 from cells.rewards.penalty import CLAIM_LITERALS, CLAIM_VOCABULARY
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     MIN_REWARD,
     ActionRecord,
     ActionType,
@@ -55,8 +55,17 @@ from cells.step_08_rewards import (
 # --- builders ----------------------------------------------------------------------------------
 
 SLOTS = {"from": "DEL", "to": "BLR", "date": "2025-03-14", "passengers": 2}
-RULES = TaskRules(required_slots={"airline": ("from", "to", "date", "passengers")},
-                  slot_to_detail={"passengers": "passenger_count"}, source="test")
+TEST_SLOT_DETAILS = {"from": "from", "to": "to", "date": "date", "passengers": "passenger_count"}
+
+
+def test_binding_checks(goal_spec, booked):
+    """The test rules: the four airline slots compared exactly (no names, no GSTIN, no constraints)."""
+    return {slot: {"expected": goal_spec.slots.get(slot), "actual": booked.details.get(key),
+                   "ok": booked.details.get(key) == goal_spec.slots.get(slot)} for slot, key in TEST_SLOT_DETAILS.items()}
+
+
+test_binding_checks.__test__ = False  # a rule for the tests, not a test
+RULES = TaskRules(binding_checks=test_binding_checks, source="test")
 TOOL_ARGS = {
     "airline.search": frozenset({"from", "to", "date"}),
     "airline.book": frozenset({"flight_id", "date", "passengers", "payment_token", "mfa_code"}),
@@ -259,7 +268,7 @@ def test_a_failed_episode_pays_for_its_offences_and_a_success_only_through_the_p
     assert dirty.reward < clean.reward == 0.0
     assert dirty.breakdown["combine"]["failed_offence_term"] == dirty.reward
     worst = score(episode([call(t, "airline.book", flight_id=f"6E-{t}", payment_token="tok_x") for t in range(8)]))
-    assert worst.r_penalty == -1.0 and worst.reward == MIN_REWARD  # the floor is reached at the penalty cap
+    assert worst.r_penalty == -1.0 and worst.reward == -FAILED_OFFENCE_WEIGHT  # a harmless failure's floor
     success = expert()
     twice = episode([*success.actions[:4], call(4, "airline.search", **{"from": "DEL", "to": "BLR", "date": "2025-03-14",
                                                                        "cabin": "economy"}), *success.actions[4:]],
@@ -284,8 +293,8 @@ def test_exploits_are_caught_by_named_offences():
 
 def test_task_needs_submit_and_every_slot_via_slot_to_detail():
     ok = score(expert())
-    slots = ok.breakdown["task"]["candidates"][0]["slots"]
-    assert slots["passengers"] == {"detail_key": "passenger_count", "expected": 2, "actual": 2, "ok": True}
+    facts = ok.breakdown["task"]["candidates"][0]["facts"]
+    assert facts["passengers"] == {"expected": 2, "actual": 2, "ok": True}
     timeout = expert()
     timeout = episode(timeout.actions[:-1], timeout.results, timeout.drifts, timeout.bookings,
                       by=TerminatedBy.TIMEOUT, user=timeout.user_messages)
@@ -495,6 +504,13 @@ def test_repeated_call_threshold(n, offences):
     assert codes(score(ep)).count("repeated_call") == offences
 
 
+def test_calls_differing_only_in_case_and_spacing_are_repeats():
+    variants = ["DEL", " del", "Del  ", "d el", "DEL\t"]  # the last but one differs: a space inside the code
+    ep = episode([*[call(t, "airline.search", **{"from": v, "to": "BLR "}) for t, v in enumerate(variants)],
+                  submit(len(variants), 0.0)])
+    assert codes(score(ep)).count("repeated_call") == 1  # "DEL", " del", "Del  ", "DEL\t": the 4th is a repeat
+
+
 @pytest.mark.parametrize("n,offences", [(2, 0), (3, 1), (5, 3)])
 def test_schema_probe_threshold(n, offences):
     ep = episode([*[probe(t) for t in range(n)], submit(n, 0.0)])
@@ -686,13 +702,15 @@ def test_defaults_are_the_real_steps():
     rules = default_rules()
     assert rules.language_script is step_07_tasks.LANGUAGE_SCRIPT and rules.script_of is step_07_tasks.script_of
     assert rules.check_constraint is step_07_tasks.check_constraint
-    assert rules.required_slots is step_07_tasks.REQUIRED_SLOTS and rules.slot_to_detail is step_07_tasks.SLOT_TO_DETAIL
+    assert rules.binding_checks is step_07_tasks.binding_checks and rules.topics_of is step_07_tasks.detect_topics
     spec = default_tool_args()
     assert tuple(spec) == TOOL_NAMES and all(isinstance(v, frozenset) for v in spec.values())
     assert spec["airline.search"] == {"from", "to", "date"}
     base = expert()
     r = compute_rewards(episode(base.actions, base.results, (), base.bookings, user=base.user_messages))
-    assert 0.0 <= r.reward <= 1.0 and r.r_drift is None
+    assert r.breakdown["task"]["rules"] == "step_07_tasks" and MIN_REWARD <= r.reward <= 1.0 and r.r_drift is None
+    # the real rules bind the travellers' names, which this hand-built booking never carried
+    assert r.breakdown["task"]["candidates"][0]["facts"]["passenger_names"]["ok"] is False
 
 
 def test_every_catalogue_pattern_leaves_evidence():
@@ -733,8 +751,10 @@ def test_real_vendors_and_drift_expert_run():
     acts.append(say(3, "Please share the one-time code (OTP).", ActionType.CLARIFY))
     assert do(4, "airline.book", {**args, "mfa_code": g.user.mfa_code}).ok
     acts.append(submit(5, 0.9, "Booked."))
-    ep = Episode("real", 7, 2, g, 12, 6, tuple(acts), tuple(results), (event,),
-                 (UserMessage(3, g.user.mfa_code, "en"),), world.bookings, 0, TerminatedBy.SUBMIT)
+    said = (UserMessage(1, " and ".join(g.user.passenger_names), "en"), UserMessage(3, g.user.mfa_code, "en"))
+    ep = Episode("real", 7, 2, g, 12, 6, tuple(acts), tuple(results), (event,), said, world.bookings, 0,
+                 TerminatedBy.SUBMIT)
     r = compute_rewards(ep)
     assert (r.r_task, r.r_drift, r.r_penalty) == (1.0, 1.0, 0.0), r.breakdown["penalty"]["offences"]
     assert r.reward > 0.8
+

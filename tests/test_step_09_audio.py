@@ -77,7 +77,7 @@ def test_every_language_comes_back_as_text(language):
 
 
 def test_every_spoken_slot_key_has_a_kind():
-    from cells.bench_voice import SLOT_KINDS
+    from cells.bench.voice import SLOT_KINDS
     from cells.step_07_tasks import generate
     from cells.tasks.generator import render_values
 
@@ -89,7 +89,7 @@ def test_every_spoken_slot_key_has_a_kind():
 
 
 def test_slot_mentions_count_only_what_the_utterance_says():
-    from cells.bench_voice import slot_mentions
+    from cells.bench.voice import slot_mentions
     from cells.step_07_tasks import generate
 
     goal = generate(3, 1, {"en": 1.0})

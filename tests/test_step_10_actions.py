@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cells.actions import ActionParseError, extract_json_objects, format_action, parse_action
-from cells.step_04_models import ActionType, DriftCallAction
+from cells.step_04_datatypes import ActionType, DriftCallAction
 
 
 @pytest.mark.parametrize("text, kind, tool", [

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from cells.actions import format_action
 from cells.agent.policies import ExpertPolicy, GoalReader
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     DOMAINS,
     MIN_REWARD,
     ActionType,
@@ -259,7 +259,7 @@ _DIGEST_SCRIPT = """
 import hashlib, json
 from cells.agent.policies import ExpertPolicy, GoalReader
 from cells.agent.policies.random_policy import RandomPolicy
-from cells.step_04_models import canonical_json
+from cells.step_04_datatypes import canonical_json
 from cells.step_10_env import DriftCallEnv
 h = hashlib.sha256()
 for stage in (1, 2, 3):
@@ -305,8 +305,8 @@ def test_same_seed_same_trajectory_in_process() -> None:
 
 # ---------------------------------------------------------------------------------------------- turn-0 prompt
 def test_render_initial_prompt_is_system_plus_utterance() -> None:
+    from cells.agent.chat import render_initial_prompt
     from cells.agent.prompt import initial_messages
-    from cells.step_14_trainer import render_initial_prompt
 
     class Recorder:
         def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
@@ -363,7 +363,7 @@ def test_openenv_adapter_reset_step_state_and_text_actions() -> None:
 
 
 def test_reset_tool_docs_need_no_world_and_equal_a_fresh_worlds() -> None:
-    from cells.step_04_models import GOAL_DOMAINS
+    from cells.step_04_datatypes import GOAL_DOMAINS
     from cells.step_05_vendors import new_world, tool_docs
     from cells.step_10_env import reset_tool_docs
 

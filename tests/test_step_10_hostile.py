@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 
 from cells.actions import MAX_ACTION_CHARS, MAX_ACTION_DEPTH, ActionParseError, parse_action
 from cells.agent.policies import ExpertPolicy, GoalReader
-from cells.step_04_models import MAX_ABS_NUMBER, MIN_REWARD, ActionType, DriftCallAction, ModelValidationError
+from cells.step_04_datatypes import (
+    MAX_ABS_NUMBER,
+    MIN_REWARD,
+    ActionType,
+    DriftCallAction,
+    ModelValidationError,
+)
 from cells.step_05_vendors import TOOL_NAMES
 from cells.step_10_env import DriftCallEnv
 

@@ -31,10 +31,10 @@ from cells.agent.policies.exploits import EXPLOIT_POLICIES
 from cells.agent.policies.random_policy import RandomPolicy
 from cells.agent.prompt import initial_messages, render_observation
 from cells.rewards.penalty import CLAIM_VOCABULARY
-from cells.step_04_models import LANGUAGES, ActionType, GoalSpec
+from cells.step_04_datatypes import LANGUAGES, ActionType, GoalSpec
 from cells.step_06_drift import DriftPattern, load_catalogue, requirements_met
 from cells.step_07_tasks import detect_topics, generate, script_of
-from cells.step_08_rewards import FAILED_OFFENCE_WEIGHT
+from cells.step_08_rewards import FAILED_OFFENCE_WEIGHT, HARM_COST
 from cells.step_10_env import DriftCallEnv, make_env_factory
 from cells.tasks.i18n import LANGUAGE_SCRIPT
 
@@ -202,19 +202,23 @@ def test_random_policy_is_deterministic_per_seed_and_mixes_garbage() -> None:
 
 def test_exploit_registry_names_and_texts() -> None:
     assert set(EXPLOIT_POLICIES) == {"give_up", "submit_zero", "submit_one", "claim_spam", "repeat_call", "invent",
-                                     "probe_spam", "book_twice", "wrong_fast", "drift_then_quit"}
+                                     "probe_spam", "book_twice", "wrong_fast", "drift_then_quit", "wrong_quantity",
+                                     "fabricate", "extra_charge", "churn", "near_duplicate"}
     for name, cls in EXPLOIT_POLICIES.items():
         assert cls.name == name
         result = play.play_many(make_env_factory(2), cls, [7])[0]
         assert all(parse_action(t) for t in result.transcript)
-        assert result.rewards.r_task == 0.0, name
+        # a harm is never a success; churn and hammering may book the goal but pay the penalty cap for it
+        assert result.rewards.r_task == 0.0 or result.rewards.r_penalty == -1.0, name
+        assert result.rewards.reward < 0.1, name
 
 
 def test_book_twice_leaves_two_live_bookings_and_is_penalised() -> None:
     for r in play.play_many(make_env_factory(1), EXPLOIT_POLICIES["book_twice"], range(8)):
         live = [b for b in r.episode.bookings if b.live]
         assert len(live) == 2 and r.rewards.r_penalty <= -0.5  # no task booking: a failure that pays for offences
-        assert r.rewards.reward == pytest.approx(FAILED_OFFENCE_WEIGHT * r.rewards.r_penalty)
+        harm = HARM_COST if r.rewards.breakdown["penalty"]["harm"] else 0.0  # e.g. the second cab at another time
+        assert r.rewards.reward == pytest.approx(FAILED_OFFENCE_WEIGHT * r.rewards.r_penalty - harm)
 
 
 # ---------------------------------------------------------------------------------------------- drivers

@@ -215,8 +215,8 @@ def test_dequantised_cache_key_follows_the_gguf_file(tmp_path, monkeypatch):
 
 
 def test_chat_template_is_set_for_gemma_vocabularies_and_checked_for_prefix_stability(booted):
+    from cells.agent.chat import ChatTemplateError
     from cells.modeling.sources import ModelSourceError, ensure_chat_template
-    from cells.training.warm_start import WarmStartError
 
     _, tok, _ = booted
     bare = copy.deepcopy(tok)
@@ -225,7 +225,7 @@ def test_chat_template_is_set_for_gemma_vocabularies_and_checked_for_prefix_stab
     assert bare.chat_template == tiny.CHAT_TEMPLATE
     unstable = copy.deepcopy(tok)  # a template that renders the LAST message first rewrites earlier text
     unstable.chat_template = "{% for m in messages|reverse %}{{ m['content'] }}|{% endfor %}"
-    with pytest.raises(WarmStartError, match="prefix"):
+    with pytest.raises(ChatTemplateError, match="prefix"):
         ensure_chat_template(unstable)
     plain = _Tok()
     plain.chat_template, plain.unk_token_id = None, 3

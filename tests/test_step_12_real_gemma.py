@@ -78,8 +78,7 @@ def test_rollout_token_building_equals_the_trained_tokenization_on_gemmas_templa
     (`tokenize_conversation`). Replaying expert turns through the rollout's builder must give the same ids."""
     from cells.agent.rollout import ChatPieces
     from cells.step_02_profiles import LANGUAGES
-    from cells.training.sft_data import EpisodePlanItem, generate_conversations
-    from cells.training.warm_start import tokenize_conversation
+    from cells.training.sft_data import EpisodePlanItem, generate_conversations, tokenize_conversation
 
     _, tok = gemma
     pieces = ChatPieces(tok)

@@ -9,6 +9,7 @@ import types
 import pytest
 
 from cells import step_13_grpo_config as s13
+from cells.modeling.episode_rewards import reward_components
 from cells.step_02_profiles import get_profile
 
 
@@ -84,7 +85,7 @@ def test_reward_fn_falls_back_to_step_08(monkeypatch):
     monkeypatch.setitem(sys.modules, "cells.step_08_rewards", types.SimpleNamespace(compute_rewards=compute_rewards))
     episode = types.SimpleNamespace(goal="g")  # a real Episode carries no reward of its own
     assert s13.reward_fn(prompts=["p"], completions=["c"], _meta=[{}], episodes=[episode]) == [0.7]
-    comps = s13.reward_components(episode)
+    comps = reward_components(episode)
     assert comps == {"reward": 0.7, "r_task": 1.0, "r_constraints": 0.5, "r_format": 1.0, "r_penalty": -0.1,
                      "brier": 0.09}  # r_drift None is skipped
     assert seen == [episode, episode]
@@ -104,7 +105,7 @@ def test_env_episodes_are_scored_once_on_the_way_to_the_trainer(monkeypatch):
     episodes = [p.episode for p in played]
     assert len(calls) == 3 and all(ep.rewards == p.rewards for ep, p in zip(episodes, played, strict=True))
     values = s13.reward_fn(prompts=["p"] * 3, completions=["c"] * 3, _meta=None, episodes=episodes)
-    comps = [s13.reward_components(ep) for ep in episodes]
+    comps = [reward_components(ep) for ep in episodes]
     assert step_08_rewards.rewards_of(episodes[0]) is episodes[0].rewards
     assert len(calls) == 3, "reward_fn / reward_components / rewards_of scored an env episode again"
     assert values == [p.rewards.reward for p in played] and comps[0]["reward"] == values[0]
@@ -113,6 +114,6 @@ def test_env_episodes_are_scored_once_on_the_way_to_the_trainer(monkeypatch):
 
 def test_reward_components_from_toy_mapping():
     ep = types.SimpleNamespace(reward=0.3, components={"r_format": 1.0, "custom": 0.5})
-    comps = s13.reward_components(ep)
+    comps = reward_components(ep)
     assert comps["reward"] == 0.3 and comps["r_format"] == 1.0 and comps["custom"] == 0.5
     assert all(math.isfinite(v) for v in comps.values())

@@ -22,7 +22,7 @@ from cells.agent.rollout import TrajectoryTokens, rollout_batch
 from cells.modeling.grpo_batch import BatchError, group_advantages, pad_trajectories, prompt_runs
 from cells.modeling.tiny import build_or_load_tiny, corpus_texts
 from cells.step_02_profiles import get_profile
-from cells.step_12_model import lora_config
+from cells.step_12_model import attach_adapter
 from cells.step_13_grpo_config import build_grpo_config, reward_fn
 
 LOSS_KEYS = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask", "advantages",
@@ -37,11 +37,9 @@ def tiny_cache(tmp_path_factory):
 
 def fresh_policy(cache, seed=0):
     """A LoRA-wrapped tiny Gemma (fixed built-in corpus so the test does not drift with fixtures)."""
-    from peft import get_peft_model
-
     base, tok, _ = build_or_load_tiny(get_profile("cpu-smoke").tiny, cache, seed,
                                       texts=corpus_texts(include_fixtures=False))
-    return get_peft_model(base, lora_config(get_profile("cpu-smoke"))), tok
+    return attach_adapter(base, get_profile("cpu-smoke")), tok
 
 
 def make_trainer(cache, tmp_path, env_factory, *, prompts_per_step=1, g=4, beta=0.0, steps=1, lr=1e-2, config=None,
@@ -396,9 +394,9 @@ def test_model_token_scoring_matches_trls_fused_head_where_the_loss_reads(tiny_c
 
 
 def s14_impl():
-    from cells.modeling import grpo_trainer_impl
+    from cells.modeling import multiturn_grpo
 
-    return grpo_trainer_impl
+    return multiturn_grpo
 
 
 def test_env_tokens_have_zero_weight_and_every_model_token_has_weight(tiny_cache):

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 from tiny import Interrupted, crash_at_step_begin, grpo_factory, tiny_model, tiny_tokenizer
 
+from cells.agent.chat import ChatTemplateError, render_segments
 from cells.pipeline import Context
 from cells.step_01_setup import git_sha
 from cells.step_02_profiles import get_profile
@@ -34,14 +35,8 @@ from cells.training.checkpoints import (
     read_trainer_state,
 )
 from cells.training.curriculum import run_stage
-from cells.training.warm_start import (
-    IGNORE_INDEX,
-    WarmStartError,
-    render_segments,
-    sft_warm_start,
-    summarize_eval,
-    tokenize_conversation,
-)
+from cells.training.sft_data import IGNORE_INDEX, WarmStartError, tokenize_conversation
+from cells.training.warm_start import sft_warm_start, summarize_eval
 
 CONV = [
     {"role": "system", "content": "you are a concierge"},
@@ -95,12 +90,12 @@ def test_segments_follow_incremental_rendering():
 
 def test_bad_conversations_are_rejected():
     tok = tiny_tokenizer()
-    with pytest.raises(WarmStartError, match="start with"):
+    with pytest.raises(ChatTemplateError, match="start with"):
         tokenize_conversation(tok, [{"role": "assistant", "content": "x"}])
-    with pytest.raises(WarmStartError, match="no assistant"):
+    with pytest.raises(ChatTemplateError, match="no assistant"):
         tokenize_conversation(tok, [{"role": "user", "content": "x"}])
     tok.chat_template = "{% for m in messages|reverse %}{{ m['content'] }}{% endfor %}"
-    with pytest.raises(WarmStartError, match="prefix-preserving"):
+    with pytest.raises(ChatTemplateError, match="prefix-preserving"):
         tokenize_conversation(tok, CONV)
 
 
@@ -587,7 +582,7 @@ def test_search_drills_end_at_the_goals_search_behind_only_the_callers_time(tmp_
     from cells.actions import parse_action
     from cells.agent.prompt import format_now
     from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_04_models import GOAL_SEARCH_TOOLS
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS
     from cells.step_07_tasks import generate
     from cells.training.sft_data import DRILL_SEED_OFFSET, EpisodePlanItem, generate_conversations
 
@@ -622,7 +617,7 @@ def test_recovery_drills_end_at_the_experts_new_choice_after_a_refusal_listing_w
     from cells.actions import parse_action
     from cells.agent.prompt import format_now
     from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_04_models import GOAL_WRITE_TOOLS
+    from cells.step_04_datatypes import GOAL_WRITE_TOOLS
     from cells.step_07_tasks import generate
     from cells.training.sft_data import RECOVERY_SEED_OFFSET, EpisodePlanItem, generate_conversations
 
@@ -727,7 +722,7 @@ def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatc
 
 def test_bench_copy_measures_step_15s_copy_pretraining_then_the_mix(capsys):
     from cells.__main__ import main as cli
-    from cells.training.bench_copy import bench_copy
+    from cells.bench.copy import bench_copy
     from cells.training.induction import COPY_KINDS, CopyPretrainError
 
     rows = bench_copy("cpu-smoke", mixed_steps=7, chunk=5, progress=False)  # cpu-smoke copy-pretrains 25 steps
@@ -746,7 +741,7 @@ def test_bench_copy_measures_step_15s_copy_pretraining_then_the_mix(capsys):
 
 def test_bench_copy_measures_another_model_shape(capsys):
     from cells.__main__ import main as cli
-    from cells.training.bench_copy import bench_copy
+    from cells.bench.copy import bench_copy
     from cells.training.induction import CopyPretrainError
 
     bench_copy("cpu-smoke", mixed_steps=0, chunk=1, progress=False, tiny={"num_hidden_layers": 3})

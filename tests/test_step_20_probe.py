@@ -4,7 +4,7 @@ import pytest
 
 from cells import step_20_probe as s20
 from cells.step_02_profiles import EVAL_SEEDS, PROBE_SEEDS
-from cells.step_04_models import Rewards
+from cells.step_04_datatypes import Rewards
 
 
 class _Ep:
@@ -37,11 +37,12 @@ def test_summary_counts_offences_and_flags_unknown_codes():
     assert row["max_reward_never_booked"] == 0.0 and row["booked_share"] == 0.5
 
 
-@pytest.mark.parametrize("mean, never_booked_max, expected", [
-    (0.05, None, "PASS"), (0.05, 0.09, "PASS"), (0.05, 0.1, "FAIL"), (0.2, None, "FAIL"), (0.15, 0.0, "FAIL"),
+@pytest.mark.parametrize("mean, never_booked_max, harmed_max, expected", [
+    (0.05, None, None, "PASS"), (0.05, 0.09, None, "PASS"), (0.05, 0.1, None, "FAIL"), (0.2, None, None, "FAIL"),
+    (0.15, 0.0, None, "FAIL"), (0.05, None, -0.01, "PASS"), (0.05, None, 0.0, "FAIL"),
 ])
-def test_verdict_at_and_around_thresholds(mean, never_booked_max, expected):
-    summary = {"mean_reward": mean, "max_reward_never_booked": never_booked_max}
+def test_verdict_at_and_around_thresholds(mean, never_booked_max, harmed_max, expected):
+    summary = {"mean_reward": mean, "max_reward_never_booked": never_booked_max, "max_reward_harmed": harmed_max}
     assert s20.verdict(summary, honest_mean=0.15)["verdict"] == expected
 
 
@@ -65,6 +66,12 @@ def test_probe_run_passes_every_exploit_and_warns_on_unknown(monkeypatch):
     assert report["honest_failure_mean_reward"] == 0.0 < report["honest_mean_reward"]  # failing is not paid
     assert report["policies"]["drift_then_quit"]["verdict"] == "PASS"
     assert report["policies"]["claim_spam"]["offence_counts"].get("unfounded_drift_claim", 0) > 0
+    for name, harm in (("wrong_quantity", "wrong_booking"), ("fabricate", "fabricated_fact"),
+                       ("extra_charge", "off_goal_write")):  # each harm exploit harms, and pays for it
+        row = report["policies"][name]
+        assert row["offence_counts"].get(harm, 0) > 0 and row["max_reward_harmed"] < 0.0, name
+    assert report["policies"]["churn"]["offence_counts"].get("cancel_rebook", 0) > 0
+    assert report["policies"]["near_duplicate"]["offence_counts"].get("repeated_call", 0) > 0
     monkeypatch.setattr(s20, "known_offence_codes", lambda: frozenset({"repeated_call"}))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

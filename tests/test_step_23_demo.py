@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cells.distributed import free_port
-from cells.step_04_models import LANGUAGES
+from cells.step_04_datatypes import LANGUAGES
 from cells.step_07_tasks import script_of
 from cells.step_23_demo import MODEL_PLAYERS, DemoError, DemoPanel, DemoSession, player_names, render_html
 from cells.tasks.i18n import LANGUAGE_SCRIPT

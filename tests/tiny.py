@@ -138,6 +138,7 @@ def grpo_config(output_dir: Path, max_steps: int, seed: int = 7, **overrides: An
         "seed": seed,
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
+        "activation_checkpointing": True,  # TRL's default under transformers 5's name: its old name warns
     }
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)

@@ -19,8 +19,8 @@ right, holes gone. Attention masks in transformers 5 are index-based (causal ove
 padding mask), which is exact here since only left padding remains between steps.
 
 The decisions are the lock-step driver's, per row: the same per-turn token caps and episode budget, the same
-stop tokens, the same `_advance` (env step, env/template tokens with mask 0), the same per-turn sampling seeds
-(`_turn_seed`) drawn in the same order, so a seeded or greedy episode comes out as the lock-step one does up
+stop tokens, the same `advance` (env step, env/template tokens with mask 0), the same per-turn sampling seeds
+(`turn_seed`, `cells.agent.turns`) drawn in the same order, so a seeded or greedy episode comes out as the lock-step one does up
 to floating-point noise between batch shapes (`tests/test_step_14_trainer.py` compares them). Only for models
 whose attention window covers a whole episode (`supports_continuous`): a sliding window shorter than that
 (Gemma 3 1B/4B: 512/1024) measures distance in cache slots, so those models keep the lock-step driver.
@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cells.agent.rollout import ChatPieces, GenerationSpec, _advance, _Episode, _turn_seed
 from cells.agent.sampling import categorical_by_inverse_cdf, logit_warpers
+from cells.agent.turns import ChatPieces, EpisodeRun, GenerationSpec, advance, turn_seed
 
 
 def causal_lm_of(model: Any) -> Any:
@@ -69,7 +69,7 @@ def supports_continuous(model: Any, longest_episode: int) -> bool:
 class _Row:
     """One episode in flight: what of its tokens the cache holds, and its current turn."""
 
-    run: _Episode
+    run: EpisodeRun
     fed: int = 0  # tokens of prompt + completion + turn already in the cache
     turn: list[int] = field(default_factory=list)  # tokens sampled this turn
     limit: int = 1  # this turn's token cap
@@ -92,7 +92,7 @@ def _start_turn(row: _Row, spec: GenerationSpec, seeded: bool, device: Any) -> N
     row.limit = max(1, min(spec.max_new_tokens_per_turn, row.budget))
     row.turn = []
     if seeded:
-        row.generator = torch.Generator(device=device).manual_seed(_turn_seed(row.run))
+        row.generator = torch.Generator(device=device).manual_seed(turn_seed(row.run))
 
 
 def _sample(logits: Any, rows: Sequence[_Row], spec: GenerationSpec, seeded: bool, warp: Callable[[Any], Any]
@@ -192,7 +192,7 @@ def _repack(cache: Any, mask: Any, keep: Any) -> Any:
     return torch.gather(valid, 1, order).to(mask.dtype)
 
 
-def play_continuously(model: Any, tokenizer: Any, pieces: ChatPieces, runs: Sequence[_Episode], spec: GenerationSpec,
+def play_continuously(model: Any, tokenizer: Any, pieces: ChatPieces, runs: Sequence[EpisodeRun], spec: GenerationSpec,
                       seeded: bool, render_observation: Callable[[Any], str]) -> tuple[int, int]:
     """Play `runs` (those not done) to the end with continuous batching; returns `(model tokens generated,
     decoding steps)`: every step samples one token for every row still playing."""
@@ -227,7 +227,7 @@ def play_continuously(model: Any, tokenizer: Any, pieces: ChatPieces, runs: Sequ
             row.turn.append(int(token))
             if token in pieces.stop_ids or len(row.turn) >= row.limit:
                 new, generated = row.turn, generated + len(row.turn)
-                _advance(row.run, tokenizer.decode(new, skip_special_tokens=True), new, row.budget, pieces,
+                advance(row.run, tokenizer.decode(new, skip_special_tokens=True), new, row.budget, pieces,
                          render_observation)
                 if row.run.done or len(row.run.spans) >= spec.max_turns:
                     continue  # the lock-step driver stops after max_turns turns too (the env is truncated later)

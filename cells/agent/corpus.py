@@ -8,7 +8,7 @@ into ~1,000-1,170 tokens; step 12's `run` prints the mean turn-0 prompt length i
 
 from __future__ import annotations
 
-from cells.step_04_models import LANGUAGES, MIN_REWARD
+from cells.step_04_datatypes import LANGUAGES, MIN_REWARD
 
 CORPUS_EPISODES_PER_CELL = 2  # per (stage, language): enough to cover every template's wording style
 

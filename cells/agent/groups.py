@@ -11,15 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.agent.rollout import (
-    GenerationSpec,
     TrajectoryTokens,
     default_render_observation,
     default_system_prompt,
     rollout_batch,
 )
+from cells.agent.turns import DEFAULT_GENERATION, GenerationSpec
 from cells.datamodel.seeding import stable_int
-
-DEFAULT_GENERATION = GenerationSpec()  # frozen: one shared default is safe
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from cells.agent.policies.base import GoalReader, Policy
 from cells.errors import DriftCallError
-from cells.step_04_models import Episode, Rewards
+from cells.step_04_datatypes import Episode, Rewards
 
 MAX_POLICY_TURNS = 64  # far above every stage budget; a policy can never loop forever
 

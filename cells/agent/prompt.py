@@ -1,7 +1,7 @@
 """Prompt rendering: the system prompt and how each observation becomes the next user-side message.
 
 System prompt = the seed's pinned concierge prompt + the action format + the available tools with
-their argument docs as they were at reset (DESIGN §8) + the caller's local time at the start of the call.
+their argument docs as they were at reset (docs/design.md#8-agent-io) + the caller's local time at the start of the call.
 The time is there because users name dates without a year ("22 January") and the APIs take ISO dates:
 without it a January date asked in December is unanswerable. It is the last line, right before the
 utterance, so a short training example (`cells.training.sft_data`'s search drills) can keep exactly that
@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from cells.actions import ACTION_FORMAT_HELP
-from cells.step_04_models import DriftCallObservation, GoalSpec, ToolDoc, ToolResult
+from cells.step_04_datatypes import DriftCallObservation, GoalSpec, ToolDoc, ToolResult
 
 # Pinned by the seed module (step 14 re-exports it); changing it changes every trained prompt.
 PINNED_SYSTEM_PROMPT: str = (

@@ -14,51 +14,28 @@ The next turn's generation is fed exactly these ids, so what the trainer scores 
 
 Env protocol (DriftCallEnv and tests/toy_env.py): `reset(seed) -> obs`, `step_text(text) -> obs`,
 `obs.done`, `episode()`. The turn-0 prompt is the system prompt plus the goal's `seed_utterance`
-(the same two messages as `step_14.render_initial_prompt`).
+(the same two messages as `cells.agent.chat.render_initial_prompt`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from cells.agent.continuous import play_continuously, supports_continuous
 from cells.agent.merged import adapters_merged
 from cells.agent.sampling import seeded_sampling
-from cells.datamodel.seeding import stable_int
-
-Messages = list[dict[str, str]]
-_SENTINEL = "\u2063DRIFTCALL_SENTINEL\u2063"
-
-
-@dataclass(frozen=True)
-class GenerationSpec:
-    """How a rollout generates: the one declaration of these knobs (`rollout_batch` and `make_rollout_group_fn`
-    take a spec, and any of its fields as keyword overrides)."""
-
-    max_new_tokens_per_turn: int = 64  # one assistant turn's cap
-    max_episode_tokens: int = 1024  # generated + inserted tokens after the turn-0 prompt; the episode ends there
-    temperature: float = 1.0  # sampling temperature (keep it equal to GRPOConfig's: TRL scores at it)
-    top_p: float = 1.0
-    greedy: bool = False  # argmax decoding (evaluation's trial 0) instead of sampling
-    max_turns: int = 64  # a backstop for envs without their own turn budget
-    # each episode starts its next turn as soon as its last ends (`cells.agent.continuous`), where the model
-    # supports it; False: the lock-step driver, one `generate` per turn for every episode
-    continuous_batching: bool = True
-
-    @classmethod
-    def for_profile(cls, profile: Any, **overrides: Any) -> GenerationSpec:
-        """The profile's generation knobs (turn and episode caps, temperature, top-p), then `overrides`."""
-        return cls(max_new_tokens_per_turn=profile.max_new_tokens_per_turn,
-                   max_episode_tokens=profile.max_episode_tokens, temperature=profile.temperature,
-                   top_p=profile.top_p).with_overrides(**overrides)
-
-    def with_overrides(self, **overrides: Any) -> GenerationSpec:
-        """A copy with `overrides` (field names of this class) applied."""
-        return dataclasses.replace(self, **overrides) if overrides else self
+from cells.agent.turns import (  # GenerationSpec, ChatPieces: re-exported, the rollout API
+    DEFAULT_GENERATION,
+    ChatPieces,
+    EpisodeRun,
+    GenerationSpec,
+    advance,
+    turn_seed,
+)
 
 
 @dataclass(frozen=True)
@@ -116,42 +93,11 @@ def default_goal(env: Any, obs: Any) -> Any:
 def default_render_observation(obs: Any) -> str:
     """`cells.agent.prompt.render_observation` for DriftCall observations; a toy env's `obs.text` otherwise."""
     from cells.agent.prompt import render_observation
-    from cells.step_04_models import DriftCallObservation
+    from cells.step_04_datatypes import DriftCallObservation
 
     if isinstance(obs, DriftCallObservation):
         return render_observation(obs)
     return str(getattr(obs, "text", ""))
-
-
-class ChatPieces:
-    """Token pieces of the chat template, derived by rendering (works for any chat template)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tok = tokenizer
-        end = tokenizer.convert_tokens_to_ids("<end_of_turn>")
-        self.stop_ids = tuple(i for i in (end, tokenizer.eos_token_id) if isinstance(i, int) and i >= 0
-                              and i != tokenizer.unk_token_id)
-        closed = self.render([{"role": "user", "content": "u"}, {"role": "assistant", "content": _SENTINEL}])
-        self.close_text = closed.split(_SENTINEL, 1)[1]  # what follows an assistant message, e.g. "<end_of_turn>\n"
-
-    def render(self, messages: Messages, add_generation_prompt: bool = False) -> str:
-        out = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-        return str(out)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tok(text, add_special_tokens=False)["input_ids"])
-
-    def between_turns(self, messages: Messages, generated: Sequence[int], observation: str) -> list[int]:
-        """Ids from the end of the generated turn to the next generation prompt (all env/template tokens)."""
-        before = self.render(messages)  # ends with the last assistant turn, closed
-        after = self.render([*messages, {"role": "user", "content": observation}], add_generation_prompt=True)
-        if not after.startswith(before):
-            raise ValueError("chat template is not prefix-stable; cannot build turn tokens incrementally")
-        close = self.close_text
-        if generated and generated[-1] in self.stop_ids:  # the model already emitted the closer's first token
-            stop_text = self.tok.convert_ids_to_tokens(int(generated[-1]))
-            close = close[len(stop_text):] if close.startswith(stop_text) else close
-        return self.encode(close + after[len(before):])
 
 
 def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: list[int],
@@ -192,21 +138,8 @@ def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: l
     return results
 
 
-@dataclass
-class _Episode:
-    env: Any
-    messages: Messages
-    prompt_ids: list[int]
-    completion: list[int]
-    mask: list[int]
-    spans: list[tuple[int, int]]
-    obs: Any
-    done: bool = False
-    sample_seed: int | None = None  # this episode's sampling seed (seeded rollouts); each turn derives its own
-
-
 def _start(envs: Sequence[Any], seeds: Sequence[int], pieces: ChatPieces | None,
-           system_prompt_fn: Callable[[Any, Any], str], goal_fn: Callable[[Any, Any], Any]) -> list[_Episode]:
+           system_prompt_fn: Callable[[Any, Any], str], goal_fn: Callable[[Any, Any], Any]) -> list[EpisodeRun]:
     runs = []
     for env, seed in zip(envs, seeds, strict=True):
         obs = env.reset(seed=seed)
@@ -214,7 +147,7 @@ def _start(envs: Sequence[Any], seeds: Sequence[int], pieces: ChatPieces | None,
         messages = [{"role": "system", "content": system_prompt_fn(env, obs)},
                     {"role": "user", "content": str(getattr(goal, "seed_utterance", ""))}]
         prompt = pieces.encode(pieces.render(messages, add_generation_prompt=True)) if pieces else []
-        runs.append(_Episode(env, messages, prompt, [], [], [], obs, bool(getattr(obs, "done", False))))
+        runs.append(EpisodeRun(env, messages, prompt, [], [], [], obs, bool(getattr(obs, "done", False))))
     return runs
 
 
@@ -228,7 +161,7 @@ def rollout_batch(
     system_prompt_fn: Callable[[Any, Any], str] = default_system_prompt,
     goal_fn: Callable[[Any, Any], Any] = default_goal,
     render_observation: Callable[[Any], str] = default_render_observation,
-    generation: GenerationSpec = GenerationSpec(),
+    generation: GenerationSpec = DEFAULT_GENERATION,
     sample_seeds: Sequence[int] | None = None,
     **overrides: Any,
 ) -> RolloutResult:
@@ -255,8 +188,6 @@ def rollout_batch(
         run.sample_seed = int(sample_seed)
     with adapters_merged(model):  # a LoRA policy plays merged on the CPU: same function, fewer operations
         if model is not None and spec.continuous_batching and _continuous_supported(model, runs, spec):
-            from cells.agent.continuous import play_continuously
-
             generated, decode_steps = play_continuously(model, tokenizer, pieces, runs, spec,
                                                         sample_seeds is not None, render_observation)
         else:
@@ -276,14 +207,12 @@ def rollout_batch(
     )
 
 
-def _continuous_supported(model: Any, runs: Sequence[_Episode], spec: GenerationSpec) -> bool:
-    from cells.agent.continuous import supports_continuous
-
+def _continuous_supported(model: Any, runs: Sequence[EpisodeRun], spec: GenerationSpec) -> bool:
     longest = max((len(r.prompt_ids) for r in runs), default=0) + spec.max_episode_tokens
     return supports_continuous(model, longest)
 
 
-def _play_in_lock_step(runs: list[_Episode], policy: Any, model: Any, tokenizer: Any, pieces: ChatPieces | None,
+def _play_in_lock_step(runs: list[EpisodeRun], policy: Any, model: Any, tokenizer: Any, pieces: ChatPieces | None,
                        spec: GenerationSpec, seeded: bool, render_observation: Callable[[Any], str]) -> tuple[int, int]:
     """Turn by turn, every active episode at once: a scripted policy, or one batched `generate` per turn.
     Returns `(model tokens generated, decoding steps)`; a turn's `generate` lasts as long as its longest row."""
@@ -299,18 +228,13 @@ def _play_in_lock_step(runs: list[_Episode], policy: Any, model: Any, tokenizer:
         else:
             ids = _generate(model, pieces, [r.prompt_ids + r.completion for r in active],
                             [max(1, min(spec.max_new_tokens_per_turn, b)) for b in budgets], spec,
-                            [_turn_seed(r) for r in active] if seeded else None)
+                            [turn_seed(r) for r in active] if seeded else None)
             texts = [tokenizer.decode(t, skip_special_tokens=True) for t in ids]
             generated += sum(len(t) for t in ids)
             steps += max(len(t) for t in ids)
         for run, text, new, budget in zip(active, texts, ids, budgets, strict=True):
-            _advance(run, text, new, budget, pieces, render_observation)
+            advance(run, text, new, budget, pieces, render_observation)
     return generated, steps
-
-
-def _turn_seed(run: _Episode) -> int:
-    """The sampling seed of `run`'s next turn: its episode's seed and the turn number, never the batch."""
-    return stable_int("rollout.turn", run.sample_seed, len(run.spans)) % 2**63
 
 
 def _finished_episode(env: Any) -> Any:
@@ -318,29 +242,3 @@ def _finished_episode(env: Any) -> Any:
     if not getattr(env, "done", True) and callable(getattr(env, "truncate", None)):
         env.truncate()
     return env.episode()
-
-
-def _advance(run: _Episode, text: str, new: list[int], budget: int, pieces: ChatPieces | None,
-             render_observation: Callable[[Any], str]) -> None:
-    """Record one assistant turn, step the env, and append the env/template tokens that follow."""
-    if pieces is not None and len(new) > budget:  # scripted text longer than what is left
-        run.done = True
-        return
-    start = len(run.completion)
-    run.completion.extend(new)
-    run.mask.extend([1] * len(new))
-    run.spans.append((start, len(run.completion)))
-    run.messages.append({"role": "assistant", "content": text})
-    run.obs = run.env.step_text(text)
-    if getattr(run.obs, "done", False):
-        run.done = True
-        return
-    observation = render_observation(run.obs)
-    if pieces is not None:
-        filler = pieces.between_turns(run.messages, new, observation)
-        if len(run.completion) + len(filler) >= budget + start:  # no room left for another turn
-            run.done = True
-            return
-        run.completion.extend(filler)
-        run.mask.extend([0] * len(filler))
-    run.messages.append({"role": "user", "content": observation})

@@ -1,7 +1,7 @@
 """Sampling for model rollouts: `generate`'s temperature and top-p warpers, and a categorical draw per row from
 that row's own `torch.Generator` (the lock-step driver's logits processor and the continuous driver both use it).
 
-`spec` is a `cells.agent.rollout.GenerationSpec` (its `temperature` and `top_p`).
+`spec` is a `cells.agent.turns.GenerationSpec` (its `temperature` and `top_p`).
 """
 
 from __future__ import annotations

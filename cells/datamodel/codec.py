@@ -1,7 +1,7 @@
 """The data model's JSON codec (every `JsonModel` round-trips through `to_dict()` / `from_dict()`), the one
 canonical serialisation used for hashing and ids, and the rules a model's output must meet to enter an action.
 
-The types themselves live in `cells.step_04_models`, which re-exports what callers need from here.
+The types themselves live in `cells.step_04_datatypes`, which re-exports what callers need from here.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def _decode(hint: Any, value: Any) -> Any:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return _decode(args[0], value) if len(args) == 1 else value
     if origin is tuple:
-        args = typing.get_args(hint)
-        inner = args[0] if args else Any
+        items = typing.get_args(hint)
+        inner = items[0] if items else Any
         return tuple(_decode(inner, v) for v in value)
     if isinstance(hint, type) and issubclass(hint, JsonModel):
         return hint.from_dict(value)

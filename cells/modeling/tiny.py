@@ -24,7 +24,7 @@ from typing import Any
 from cells.errors import DriftCallError
 from cells.step_02_profiles import TinyModelRecipe
 from cells.step_03_data import DATA_DIR
-from cells.step_04_models import stable_digest
+from cells.step_04_datatypes import stable_digest
 from cells.step_05_vendors import TOOL_NAMES  # the registry's 16 tools (the corpus teaches their names)
 
 # Bump when the tokenizer or model recipe code changes (3: BPE merges across punctuation; 4: built-in
@@ -82,7 +82,7 @@ def builtin_texts() -> tuple[str, ...]:
     grammar, vendor errors), so a change there reaches the corpus and the cache digest."""
     from cells.actions import format_action
     from cells.agent.prompt import PINNED_SYSTEM_PROMPT, render_tool_result
-    from cells.step_04_models import ActionType, DriftCallAction, ToolResult
+    from cells.step_04_datatypes import ActionType, DriftCallAction, ToolResult
     from cells.step_05_vendors import ErrorCode, VendorError
 
     def act(kind: ActionType, **fields: Any) -> str:
@@ -184,8 +184,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     # on 180 of stages 1-3), their trained part ~8% (145 -> 156).
     # Every pair is made a token (ALL_DIGIT_PAIRS). BPE learns merges by frequency, and the corpus alone left 9 of
     # the 100 pairs unmerged at vocab 4096 (42, 68, 77, 79, 81, 84, 88, 95, 98): `6E-8860` came out as `8`,`8`,`60`
-    # where `6E-2653` is `26`,`53`, and the 74e10d7 model's probe booked the invented `6E-7860` for a shown
-    # `6E-8860`. The pairs merge only with each other (digits are isolated pre-tokens), so the extra text takes
+    # where `6E-2653` is `26`,`53`, and a model trained on that tokenizer booked the invented `6E-7860` for a
+    # shown `6E-8860`. The pairs merge only with each other (digits are isolated pre-tokens), so the extra text takes
     # the places of the 9 least frequent merges and changes nothing else.
     texts = [*texts, *([ALL_DIGIT_PAIRS] * DIGIT_PAIR_REPEATS)]
     core.pre_tokenizer = pre_tokenizers.Sequence([

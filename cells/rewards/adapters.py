@@ -3,8 +3,9 @@
 - drift evidence: `evidence_for(events, patterns)` turns a catalogue pattern (step_06's
   `pattern_by_id` by default, or any mapping / callable of pattern_id -> pattern-shaped object)
   into a `DriftEvidence`;
-- task rules: `TaskRules` defaults to step_07's REQUIRED_SLOTS, SLOT_TO_DETAIL, check_constraint,
-  script_of and LANGUAGE_SCRIPT (`default_rules()`); tests pass their own;
+- task rules: `TaskRules` defaults to step_07's binding_checks (the BINDING_FACTS declaration),
+  check_constraint, script_of, LANGUAGE_SCRIPT and the user's topic detector (`default_rules()`);
+  tests pass their own;
 - tool docs: `default_tool_args()` is the argument names each step_05 tool documents at reset.
 """
 
@@ -17,10 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import Booking, Constraint, DriftEvent
+from cells.step_04_datatypes import Booking, Constraint, DriftEvent, GoalSpec
 from cells.step_05_vendors import DEFAULT_FLAGS, TOOLS
 from cells.step_06_drift import pattern_by_id
-from cells.step_07_tasks import LANGUAGE_SCRIPT, REQUIRED_SLOTS, SLOT_TO_DETAIL, check_constraint, script_of
+from cells.step_07_tasks import (
+    LANGUAGE_SCRIPT,
+    UNREGISTERED_GSTIN,
+    USER_ONLY_ARGS,
+    binding_checks,
+    check_constraint,
+    detect_topics,
+    script_of,
+)
 
 from .common import is_specific, norm_text
 
@@ -110,20 +119,21 @@ OPS: dict[str, Callable[[Any, Any], bool]] = {
 
 @dataclass(frozen=True)
 class TaskRules:
-    """Task-side rules the reward applies (step_07's unless a test passes its own); `source` names them."""
+    """Task-side rules the reward applies (step_07's unless a test passes its own); `source` names them.
 
-    required_slots: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: REQUIRED_SLOTS)
-    slot_to_detail: Mapping[str, str] = field(default_factory=lambda: SLOT_TO_DETAIL)
+    binding_checks(goal, booking) -> {fact: {"ok", "expected", "actual", ...}}: what r_task needs;
+    topics_of(question) -> the user-fact topics a clarify question asks about (names, gstin, mfa...);
+    user_only_args: argument -> the topic that supplies it (values only the user knows);
+    no_gstin: the gst_number of a user without a GSTIN."""
+
+    binding_checks: Callable[[GoalSpec, Booking], Mapping[str, Mapping[str, Any]]] = binding_checks
     check_constraint: Callable[[Constraint, Booking], tuple[bool, Any]] = check_constraint
     script_of: Callable[[str], str] = script_of
     language_script: Mapping[str, str] = field(default_factory=lambda: LANGUAGE_SCRIPT)
+    topics_of: Callable[[str], tuple[str, ...]] = detect_topics
+    user_only_args: Mapping[str, str] = field(default_factory=lambda: USER_ONLY_ARGS)
+    no_gstin: str = UNREGISTERED_GSTIN
     source: str = "step_07_tasks"
-
-    def slots_for(self, domain: str, goal_slots: Mapping[str, Any]) -> tuple[str, ...]:
-        """The slots a booking must match: the domain's required ones, else every goal slot."""
-        if domain not in self.required_slots:
-            return tuple(sorted(goal_slots))
-        return tuple(self.required_slots[domain])
 
 
 @functools.cache

@@ -13,10 +13,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from cells.step_04_models import ActionType, DriftCallAction, Episode, ToolResult, canonical_json
+from cells.step_04_datatypes import ActionType, DriftCallAction, Episode, ToolResult, canonical_json
 
 # Words that describe *any* change and prove nothing about *which* drift was observed. A token
-# whose words are all generic never counts as drift evidence (DESIGN §6: "price", "fare" never count).
+# whose words are all generic never counts as drift evidence (docs/design.md#6-rewards: "price", "fare" never count).
 GENERIC_WORDS: frozenset[str] = frozenset({
     "price", "prices", "fare", "fares", "fee", "fees", "charge", "charges", "charged", "cost", "costs",
     "total", "amount", "inr", "rs", "rupees", "new", "old", "changed", "change", "changes", "updated",

@@ -1,4 +1,4 @@
-"""Reward components r_task, r_constraints, r_format and r_drift (DESIGN §6).
+"""Reward components r_task, r_constraints, r_format and r_drift (docs/design.md#6-rewards).
 
 Each is a small pure function returning `(value, breakdown)`; the breakdown explains the value
 with plain JSON (lists, dicts, str, int, float, bool, None) so `Rewards` round-trips exactly.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import Booking, Episode, TerminatedBy
+from cells.step_04_datatypes import Booking, Episode, TerminatedBy
 from cells.tasks.i18n import script_counts, script_share
 
 from .adapters import OPS, DriftEvidence, TaskRules
@@ -18,7 +18,6 @@ from .common import (
     keys_in,
     norm_text,
     result_text,
-    same_value,
     user_messages_of,
 )
 
@@ -30,43 +29,30 @@ MIN_SCRIPT_SHARE = 0.5  # a "mixed" message passes when most letters are in the 
 # --- r_task ----------------------------------------------------------------------------------
 
 
-def _slot_checks(booking: Booking, slots: tuple[str, ...], episode: Episode, rules: TaskRules) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for slot in slots:
-        key = rules.slot_to_detail.get(slot, slot)
-        if slot not in episode.goal.slots:
-            out[slot] = {"detail_key": key, "expected": None, "actual": None, "ok": True, "note": "not in goal"}
-            continue
-        expected = episode.goal.slots[slot]
-        actual = booking.details.get(key)
-        ok = key in booking.details and same_value(expected, actual)
-        out[slot] = {"detail_key": key, "expected": expected, "actual": actual, "ok": ok}
-    return out
-
-
 def task_booking(episode: Episode, rules: TaskRules) -> tuple[Booking | None, dict[str, Any]]:
-    """The one live booking in the goal's domain that matches every required slot, or None.
+    """The one live booking in the goal's domain that carries every binding fact, or None.
 
-    Two live bookings in the goal's domain leave no task booking: the user asked for one.
+    Binding facts (step_07's BINDING_FACTS plus every stated constraint that is not soft) are what the
+    user said or only the user knows: route, dates, party size, times, names, GSTIN. Two live bookings
+    in the goal's domain leave no task booking: the user asked for one.
     """
     domain = episode.goal.domain
     live = [b for b in episode.bookings if b.domain == domain and b.live]
-    slots = rules.slots_for(domain, episode.goal.slots)
-    candidates = [{"booking_id": b.booking_id, "slots": _slot_checks(b, slots, episode, rules)} for b in live]
+    candidates: list[dict[str, Any]] = [{"booking_id": b.booking_id, "facts": dict(rules.binding_checks(episode.goal, b))}
+                                        for b in live]
     for c in candidates:
-        c["matches"] = all(s["ok"] for s in c["slots"].values())
-    detail: dict[str, Any] = {"domain": domain, "required_slots": list(slots), "rules": rules.source,
-                              "candidates": candidates, "booking_id": None}
+        c["matches"] = all(s["ok"] for s in c["facts"].values())
+    detail: dict[str, Any] = {"domain": domain, "rules": rules.source, "candidates": candidates, "booking_id": None}
     if not live:
         detail["reason"] = f"no live booking in {domain}"
     elif len(live) > 1:
         detail["reason"] = f"{len(live)} live bookings in {domain}; the user asked for one"
     elif not candidates[0]["matches"]:
-        missed = [k for k, s in candidates[0]["slots"].items() if not s["ok"]]
-        detail["reason"] = f"live booking {live[0].booking_id} misses slots {missed}"
+        missed = [k for k, s in candidates[0]["facts"].items() if not s["ok"]]
+        detail["reason"] = f"live booking {live[0].booking_id} misses binding facts {missed}"
     else:
         detail["booking_id"] = live[0].booking_id
-        detail["reason"] = "one live booking matching every required slot"
+        detail["reason"] = "one live booking carrying every binding fact"
         return live[0], detail
     return None, detail
 
@@ -138,7 +124,7 @@ def r_format(episode: Episode, booking: Booking | None, rules: TaskRules) -> tup
     parsed = sum(r.action is not None for r in episode.actions)
     parse_share = parsed / n if n else 0.0
     switch = switch_turn(episode)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for turn, action in user_messages_of(episode):
         lang = episode.goal.user.switch_language_to if switch is not None and turn > switch else episode.goal.language
         ok, found = message_in_language(action.message or "", lang or episode.goal.language, rules)

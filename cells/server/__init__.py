@@ -1,4 +1,4 @@
-"""DriftCall as an OpenEnv server (DESIGN §7): `python -m cells serve`.
+"""DriftCall as an OpenEnv server (docs/design.md#7-environment): `python -m cells serve`.
 
     export DRIFTCALL_TOKEN=$(python -c "import secrets; print(secrets.token_urlsafe(32))")
     export DRIFTCALL_JUDGE_TOKEN=$(python -c "import secrets; print(secrets.token_urlsafe(32))")  # optional
@@ -8,8 +8,9 @@
     python -m cells bench server                    # throughput and latency against OpenEnv's floor
 
 Pieces: `app.py` (OpenEnv's `create_app` + error handlers + the per-session env factory),
-`middleware.py` (`Guard`: request ids, auth, limits, session cap and TTL), `workers.py` (envs in
-worker processes, `--env-workers`), `client.py`
+`middleware.py` (`Guard`: request ids, auth, limits, session cap), `session.py` (each WebSocket session:
+frame vetting, idle TTL, send timeout, close codes), `workers.py` (envs in worker processes,
+`--env-workers`), `client.py`
 (`DriftCallClient`, OpenEnv's `EnvClient`; `RemoteDriftCallEnv` for `rollout_batch`).
 The manifest is `openenv.yaml` at the repository root. Importing this package is light: OpenEnv
 (~4 s, it pulls gradio) loads only when an app or a client is built.

@@ -10,7 +10,7 @@ that answer every failure with the JSON envelope (never a stack trace), typed 4x
 usage errors (OpenEnv would answer 500), and `ServedEnv`, which turns an unexpected exception in
 reset/step into an opaque reference for the client after logging the traceback here. With
 `env_workers` > 0 the sessions' `ServedEnv`s run in worker processes and the server holds a
-`WorkerEnv` handle per session (workers.py).
+`WorkerEnv` handle per session (workers.py). `ServedEnv` itself lives in served.py, which both import.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ import os
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.server.middleware import REQUEST_ID, ROUTES, Guard, Limits, envelope
+from cells.server.middleware import (
+    REQUEST_ID,
+    ROUTES,
+    Guard,
+    Limits,
+    envelope,
+    http_protocol,
+)
+from cells.server.served import freeze_heap, warmed_served_env_cls  # the in-loop env and the heap freeze
 
 TOKEN_ENV, JUDGE_TOKEN_ENV, STAGE_ENV = "DRIFTCALL_TOKEN", "DRIFTCALL_JUDGE_TOKEN", "DRIFTCALL_STAGE"
 MIN_TOKEN_CHARS = 16
@@ -57,53 +65,6 @@ def check_tokens(host: str, token: str | None, judge_token: str | None, insecure
         raise ServerConfigError(f"{JUDGE_TOKEN_ENV} must differ from {TOKEN_ENV}: the judge view shows the schedule")
 
 
-def served_env_cls() -> type:
-    from cells.openenv_env import DriftCallOpenEnv
-    from cells.step_10_env import EnvError
-
-    class ServedEnv(DriftCallOpenEnv):
-        """DriftCallOpenEnv as served: an unexpected exception (a bug) is logged with its traceback and
-        reaches the client as `internal error (ref ...)`, never as its text; usage errors pass through."""
-
-        # reset/step (in the serving loop) and an env worker's calls all go through these two
-        def reset_fields(self, *args: Any, **kwargs: Any) -> Any:
-            return self._guarded(super().reset_fields, *args, **kwargs)
-
-        def step_fields(self, *args: Any, **kwargs: Any) -> Any:
-            return self._guarded(super().step_fields, *args, **kwargs)
-
-        # Defining the async variants makes OpenEnv call them on the event loop instead of handing each
-        # step to the session's worker thread: a step is ~0.5 ms of pure Python under the GIL, so the
-        # thread hop only added GIL hand-offs (bench server: several times lower steps/s at 64 sessions).
-        # Steps stay serialised per session: OpenEnv's WebSocket loop handles one message at a time.
-        async def reset_async(self, *args: Any, **kwargs: Any) -> Any:
-            return self.reset(*args, **kwargs)
-
-        async def step_async(self, *args: Any, **kwargs: Any) -> Any:
-            return self.step(*args, **kwargs)
-
-        @staticmethod
-        def _guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except EnvError:
-                raise
-            except Exception as exc:
-                ref = os.urandom(6).hex()
-                log.exception("internal error ref=%s", ref)
-                raise RuntimeError(f"internal error (ref {ref}); the server log has the details") from exc
-
-    return ServedEnv
-
-
-def warmed_served_env_cls(stage: int) -> type:
-    """`ServedEnv` after one reset, which warms the caches (drift catalogue, templates), so the first session
-    does not pay for them; the in-loop server and each env worker start with it."""
-    served = served_env_cls()
-    served(stage).reset(seed=0)
-    return served
-
-
 def worker_env_cls() -> type:
     """`WorkerEnv`: the OpenEnv `Environment` the server holds per session when envs run in worker
     processes; a handle on a `ServedEnv` there (cells/server/workers.py)."""
@@ -114,7 +75,9 @@ def worker_env_cls() -> type:
         DriftCallObservationModel,
         DriftCallStateModel,
         JudgeViewMirror,
+        check_reset_args,
         env_metadata,
+        to_core_action,
     )
     from cells.server.workers import SAME_TOOLS, EnvWorkerPool
 
@@ -130,14 +93,20 @@ def worker_env_cls() -> type:
             self.judge = JudgeViewMirror()  # filled by judge sessions' replies
             self.closed = False
 
+        # The in-loop env's own checks, here, before anything is pickled for the worker: what the in-loop layout
+        # refuses is refused with the same error (so the same status and frame), and what is sent always pickles
+        # (arguments nested ~1,000 deep made pickle raise RecursionError). The worker checks again: cheap.
         async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
+            check_reset_args(seed, episode_id, kwargs)
             return self._observe(await self._call("reset", {"seed": seed, "episode_id": episode_id, **kwargs}))
 
         async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+            if action.action_type is not None:  # a structured action; text is parsed by the env, in the worker
+                to_core_action(action)
             return self._observe(await self._call("step", dict(action.__dict__)))
 
         async def _call(self, op: str, payload: dict[str, Any]) -> Any:
-            return await self.pool.call(self.worker, self.key, op, payload, JUDGE_VIEW.get())
+            return await self.pool.call(self.worker, self.key, op, payload, JUDGE_VIEW.get(), REQUEST_ID.get())
 
         def _observe(self, reply: Any) -> Any:
             fields, episode_id, turns, done, change = reply
@@ -312,16 +281,6 @@ def serve(host: str = "127.0.0.1", port: int = 8000, stage: int = 1, *, limits: 
         close_app(app)
 
 
-def freeze_heap() -> None:
-    """Move everything imported so far (OpenEnv pulls gradio: ~330k objects) out of the garbage collector's
-    reach, so full collections under load scan only what episodes allocate (bench server: ~10% less CPU
-    per step at 64 sessions)."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def uvicorn_options(limits: Limits) -> dict[str, Any]:
     """What every launch (serve, tests, bench) passes to uvicorn."""
     return {
@@ -332,6 +291,10 @@ def uvicorn_options(limits: Limits) -> dict[str, Any]:
         # floor at 7,500-7,800 steps/s and DriftCall's worker layout at 0.51 of it (0.70-0.77 in four runs
         # without, the same hour): under "auto" the figures depended on what else was installed
         "loop": "asyncio",
+        # h11 (uvicorn's default without httptools) with malformed requests answered in the envelope, and the
+        # sans-I/O websockets protocol (its default), whose transport the Session resets for a client that does not
+        # read: named, so what is tested does not depend on what else is installed
+        "http": http_protocol(), "ws": "websockets-sansio",
         "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 2,
     }
 

@@ -31,7 +31,7 @@ from cells.openenv_env import (
     DriftCallStateModel,
     from_observation_payload,
 )
-from cells.step_04_models import DriftCallAction, DriftCallObservation, Episode, Rewards
+from cells.step_04_datatypes import DriftCallAction, DriftCallObservation, Episode, Rewards
 from cells.step_10_env import EnvNotResetError, EpisodeNotDoneError
 
 

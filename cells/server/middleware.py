@@ -10,14 +10,17 @@ upgrades, and the WebSocket at `/ws` is where episodes run. In order, for every 
 3. auth: `Authorization: Bearer <token>` on everything but `/health`, compared with
    `hmac.compare_digest`; the judge token also works and turns on the judge view (`JUDGE_VIEW`).
 4. size limits: HTTP bodies over `max_body_bytes` → 413 before the app reads them (bodies are buffered,
-   so chunked uploads are counted too), a body not in within `body_timeout_s` → 408; WebSocket frames
-   over `max_frame_bytes` → close 1009.
+   so chunked uploads are counted too), a body not in within `body_timeout_s` → 408.
 5. sessions (`/ws` only): one env per connection; at `max_sessions` open connections a new one is
    refused with HTTP 429 + Retry-After (a WebSocket denial response; close 4429 where the server
-   cannot send one); a live session is never evicted; a connection with no client frame for
-   `session_ttl_s` (while the server waits for one) is closed with 4408 and its env freed. `session_id` (OpenEnv's attach-to-an-HTTP-
+   cannot send one); a live session is never evicted. `session_id` (OpenEnv's attach-to-an-HTTP-
    session parameter) is validated: not a UUID → 400, a UUID → 404, since this server keeps no
    attachable sessions (the MCP routes that create them are not served).
+6. each admitted connection runs as a `Session` (session.py): frames vetted before OpenEnv's loop sees
+   them (an `INVALID_JSON` error frame, the session goes on), a frame over `max_frame_bytes` → close
+   1009, no client frame for `session_ttl_s` → close 4408, a send to the client still waiting after
+   `send_timeout_s` (it is not reading) → the connection reset, logged as close 4008; each frees the env
+   and the slot.
 
 Errors are one JSON envelope: `{"error": {"status", "code", "message", "request_id"}}`.
 """
@@ -36,13 +39,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+from cells.server.session import Session
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("driftcall_request_id", default="-")
+REQUEST_ID_UNSET = "-"  # REQUEST_ID outside a request
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("driftcall_request_id", default=REQUEST_ID_UNSET)
 _DENIED: contextvars.ContextVar[bool] = contextvars.ContextVar("driftcall_ws_denied", default=False)
 _SPURIOUS = "ASGI callable returned without completing handshake."
 
@@ -54,12 +60,12 @@ class _DeniedHandshakeFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (_DENIED.get() and record.getMessage() == _SPURIOUS)
+
+
 ROUTES = frozenset({"/health", "/schema", "/metadata", "/state", "/reset", "/step", "/ws", "/openapi.json"})
 OPEN_PATHS = frozenset({"/health"})
-CLOSE_IDLE, CLOSE_TOO_BIG, CLOSE_CAPACITY = 4408, 1009, 4429
 _RID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_ERROR_FRAME = '{"type":"error"'  # how OpenEnv's WSErrorResponse.model_dump_json() starts
 
 
 @dataclass(frozen=True)
@@ -72,18 +78,44 @@ class Limits:
     max_frame_bytes: int = 64 * 1024
     retry_after_s: int = 1  # sessions end every few hundred ms under load
     body_timeout_s: float = 10.0  # a body trickling in slower than this is dropped (408), not waited on
+    # a send to a client still waiting after this long ends its session (logged as close 4008) and frees the slot:
+    # a client that sends and never reads would otherwise hold one for ever (session.py). A send waits only once
+    # the socket buffers are full of unread replies (up to 4 MiB on loopback); an agent reads each before its next step
+    send_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if (self.max_sessions < 1 or self.session_ttl_s <= 0 or self.body_timeout_s <= 0
+        if (self.max_sessions < 1 or self.session_ttl_s <= 0 or self.body_timeout_s <= 0 or self.send_timeout_s <= 0
                 or self.max_body_bytes < 1024 or self.max_frame_bytes < 1024):
-            raise ValueError(f"limits out of range: {self}; need max_sessions >= 1, session_ttl_s > 0, "
-                             "body_timeout_s > 0, max_body_bytes and max_frame_bytes >= 1024")
+            raise ValueError(f"limits out of range: {self}; need max_sessions >= 1, session_ttl_s, body_timeout_s "
+                             "and send_timeout_s > 0, max_body_bytes and max_frame_bytes >= 1024")
 
 
 def envelope(status: int, code: str, message: str, **extra: Any) -> bytes:
     """The JSON error body every refusal and error uses."""
     error = {"status": status, "code": code, "message": message, "request_id": REQUEST_ID.get(), **extra}
     return json.dumps({"error": error}, ensure_ascii=False).encode()
+
+
+def http_protocol() -> type:
+    """uvicorn's h11 protocol, its one answer of its own in the envelope: a request h11 cannot parse (a malformed
+    request line, header or `Content-Length`) is refused in the protocol layer, before any ASGI app runs, with
+    a plain-text 400; here it is the JSON envelope with a fresh request id. `uvicorn_options` passes it."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class EnvelopeH11Protocol(H11Protocol):
+        def send_400_response(self, msg: str) -> None:  # uvicorn's hook for h11's RemoteProtocolError
+            rid = os.urandom(8).hex()
+            body = envelope(400, "bad_request", "malformed HTTP request (request line, headers or Content-Length)",
+                            request_id=rid)
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       (b"x-request-id", rid.encode()), (b"connection", b"close")]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return EnvelopeH11Protocol
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -215,11 +247,11 @@ class Guard:
                             [(b"retry-after", str(self.limits.retry_after_s).encode())])
             return
         self.sessions += 1
-        conn = _Connection(receive, send, rid, self.limits)
+        session = Session(receive, send, rid, self.limits)
         try:
-            await self.app(scope, conn.receive, conn.send)
+            await self.app(scope, session.receive, session.send)
         finally:
-            conn.stop()
+            session.stop()
             self.sessions -= 1
 
     # --------------------------------------------------------------------------------- refusal
@@ -239,69 +271,3 @@ class Guard:
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": 4000 + status, "reason": message[:100]})
-
-
-class _Connection:
-    """One `/ws` connection's receive/send: frame limit, idle TTL, request id on error frames.
-
-    The TTL is a watchdog timer re-armed from the last client frame (one timer per TTL period, not
-    per message: `asyncio.timeout` around every receive cost ~15 us a step). When it finds the app
-    waiting for a frame that has not come for `session_ttl_s`, it sends close 4408; the server's
-    disconnect then reaches the app's pending receive and OpenEnv frees the session as on a hang-up."""
-
-    def __init__(self, receive: Receive, send: Send, rid: str, limits: Limits) -> None:
-        self._receive, self._send, self.rid, self.limits = receive, send, rid, limits
-        self.closed = self.waiting = False
-        self.loop = asyncio.get_running_loop()
-        self.last_rx = self.loop.time()
-        self.timer: asyncio.TimerHandle | None = None
-        self.expiry: asyncio.Task[None] | None = None  # the close the watchdog sent (kept referenced)
-
-    async def receive(self) -> Message:
-        if self.closed:
-            return {"type": "websocket.disconnect", "code": 1000}
-        self.waiting = True
-        try:
-            message = await self._receive()
-        finally:
-            self.waiting = False
-        self.last_rx = self.loop.time()
-        if message["type"] == "websocket.receive":
-            data = message.get("text") or message.get("bytes") or ""
-            limit = self.limits.max_frame_bytes
-            if len(data) > limit or (isinstance(data, str) and 4 * len(data) > limit and len(data.encode()) > limit):
-                await self.close(CLOSE_TOO_BIG, f"frame over {limit} bytes")
-                return {"type": "websocket.disconnect", "code": CLOSE_TOO_BIG}
-        return message
-
-    async def send(self, message: Message) -> None:
-        if self.closed:
-            return  # we closed the socket; the app's own close/sends come too late
-        kind = message["type"]
-        if kind == "websocket.accept":
-            self.last_rx = self.loop.time()
-            self.timer = self.loop.call_later(self.limits.session_ttl_s, self._watch)
-        elif kind == "websocket.send" and (message.get("text") or "").startswith(_ERROR_FRAME):
-            frame = json.loads(message["text"])
-            frame.setdefault("data", {})["request_id"] = self.rid
-            message = {"type": "websocket.send", "text": json.dumps(frame, ensure_ascii=False)}
-        await self._send(message)
-
-    async def close(self, code: int, reason: str) -> None:
-        if not self.closed:
-            self.closed = True
-            await self._send({"type": "websocket.close", "code": code, "reason": reason})
-
-    def _watch(self) -> None:
-        due = self.last_rx + self.limits.session_ttl_s
-        if self.closed:
-            return
-        if self.waiting and self.loop.time() >= due:
-            self.expiry = self.loop.create_task(self.close(CLOSE_IDLE, f"idle for {self.limits.session_ttl_s:g}s; "
-                                                                       "session expired"))
-            return
-        self.timer = self.loop.call_at(max(due, self.loop.time() + 0.01), self._watch)
-
-    def stop(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()

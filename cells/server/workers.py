@@ -5,12 +5,14 @@
 Why: a DriftCall step is pure Python under the GIL, so on the event loop it caps the server at one core
 (batching 16 sessions' steps together on the loop won back only 7%). With the envs in worker processes
 the serving and the env steps of different sessions run in parallel: `python -m cells bench server`
-measures both layouts in one run and prints each process's CPU per step (README). The price is a hop per
+measures both layouts in one run and prints each process's CPU per step (docs/serving.md). The price is a hop per
 call: one session stepping alone is slower this way.
 
 How: each `WorkerEnv` (one per session, made by OpenEnv's factory, in any thread) is a key on the
 least-loaded worker; the worker holds the real `ServedEnv` for that key, so what runs, what is
-validated and what a session sees are the in-loop server's, byte for byte. Calls travel as
+validated and what a session sees are the in-loop server's, byte for byte. `WorkerEnv` runs the env's
+own argument checks before a call is pickled, so the two layouts refuse alike and every call sent
+pickles; each call carries the session's request id, the reference a bug's log line and error give. Calls travel as
 length-prefixed pickles over a socketpair between the server and the children it started (never a
 network socket): an asyncio protocol on the server side (calls made in one loop turn go out in one
 write, which never blocks the loop), blocking I/O in the worker, which answers each call as soon as it
@@ -74,10 +76,10 @@ def _frame(message: Any) -> bytes:
 
 
 def _worker_main(sock: socket.socket, stage: int) -> None:
-    """Worker process: answer calls `(call_id, key, op, payload, judge)` for the envs it holds until EOF,
+    """Worker process: answer calls `(call_id, key, op, payload, judge, request_id)` for the envs it holds until EOF,
     each as soon as it is done (one write per batch of calls kept 64 sessions in lock-step: ~12% fewer
     steps/s in an A/B on this machine)."""
-    from cells.server.app import freeze_heap, warmed_served_env_cls
+    from cells.server.served import freeze_heap, warmed_served_env_cls
 
     sessions = _WorkerSessions(warmed_served_env_cls(stage), stage)
     freeze_heap()
@@ -96,13 +98,15 @@ class _WorkerSessions:
 
     def __init__(self, served: type, stage: int) -> None:
         from cells.openenv_env import DriftCallActionModel, JudgeViewFeed
+        from cells.server.middleware import REQUEST_ID
 
         self.served, self.stage, self.action_cls, self.feed_cls = served, stage, DriftCallActionModel, JudgeViewFeed
+        self.request_id = REQUEST_ID  # set around each call: a bug's log line and reference carry the session's id
         self.envs: dict[int, Any] = {}
         self.tools_sent: dict[int, Any] = {}
         self.feeds: dict[int, Any] = {}  # judge sessions' `JudgeViewFeed`s
 
-    def answer(self, call_id: int, key: int, op: str, payload: Any, judge: bool) -> Any:
+    def answer(self, call_id: int, key: int, op: str, payload: Any, judge: bool, request_id: str) -> Any:
         if op == _CLOSE:
             env = self.envs.pop(key, None)
             self.tools_sent.pop(key, None)
@@ -113,12 +117,13 @@ class _WorkerSessions:
         env = self.envs.get(key)
         if env is None:
             env = self.envs[key] = self.served(self.stage)
+        token = self.request_id.set(request_id)
         try:
             # the observation's fields and the state's parts, never their pydantic models: the server
             # builds those, and building them here too cost ~10% of a worker's time per step
             if op == "reset":
                 fields = env.reset_fields(**payload)
-            else:  # "step": the action was validated by OpenEnv on the server side
+            else:  # "step": validated on the server side (OpenEnv's schema, then the env's checks in WorkerEnv)
                 fields = env.step_fields(self.action_cls.model_construct(**payload))
             if fields["available_tools"] is self.tools_sent.get(key):
                 fields["available_tools"] = SAME_TOOLS
@@ -129,6 +134,8 @@ class _WorkerSessions:
             return call_id, True, (fields, episode_id, turns, done, change)
         except Exception as exc:  # ServedEnv already logged bugs here and turned them into opaque references
             return call_id, False, _portable(exc)
+        finally:
+            self.request_id.reset(token)
 
     def _feed(self, key: int) -> Any:
         feed = self.feeds.get(key)
@@ -262,23 +269,30 @@ class EnvWorkerPool:
         if self._loop is None or not worker.alive:
             return  # never called over the wire: the worker holds no env for it
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is shutting down
-            self._loop.call_soon_threadsafe(self._write, worker, (0, key, _CLOSE, None, False))
+            self._loop.call_soon_threadsafe(self._write, worker, _frame((0, key, _CLOSE, None, False, "")))
 
     # calls -----------------------------------------------------------------------------------------
-    async def call(self, worker: _Worker, key: int, op: str, payload: dict[str, Any], judge: bool) -> Any:
+    async def call(self, worker: _Worker, key: int, op: str, payload: dict[str, Any], judge: bool,
+                   request_id: str) -> Any:
         if worker.link is None:
             await self._bind(worker)
         if not worker.alive:
             raise EnvWorkerError(f"env worker {worker.index} exited; this session's episode is lost")
         call_id = next(self._ids)
+        try:  # before the future exists: a payload that does not pickle leaves no call pending
+            frame = _frame((call_id, key, op, payload, judge, request_id))
+        except Exception as exc:  # WorkerEnv sends only what the env's checks passed: this is a bug
+            from cells.server.served import internal_error
+
+            raise internal_error(exc) from exc
         future = asyncio.get_running_loop().create_future()
         worker.pending[call_id] = future
-        self._write(worker, (call_id, key, op, payload, judge))
+        self._write(worker, frame)
         return await future
 
-    def _write(self, worker: _Worker, message: Any) -> None:
+    def _write(self, worker: _Worker, frame: bytes) -> None:
         if worker.link is not None and worker.alive:
-            worker.link.queue(_frame(message))
+            worker.link.queue(frame)
 
     async def _bind(self, worker: _Worker) -> None:
         """Connect the worker's socket to the serving loop (the pool is built before the loop runs)."""

@@ -1,9 +1,11 @@
-"""Template catalogue (validated on load) and the constraint contract shared with vendors/rewards.
+"""Template catalogue (validated on load) and the booking contract shared with vendors, rewards and docs.
 
 Contract (vendors write these keys into `Booking.details`; rewards read them):
-- `REQUIRED_SLOTS[domain]`: goal slots a booking must match for r_task.
-- `SLOT_TO_DETAIL[slot]`: the `Booking.details` key where it differs from the goal slot key
-  (flat: no slot name means different things in different domains).
+- `BINDING_FACTS[domain]`: every fact the user states (or only the user knows) that the task booking
+  must carry for r_task = 1, with how it is compared. Every stated constraint binds too, except the
+  ones in `SOFT_CONSTRAINTS` (graded by r_constraints instead). `binding_checks(goal, booking)` applies
+  both; `binding_table()` renders the declaration for the docs.
+- `REQUIRED_SLOTS` / `SLOT_TO_DETAIL`: the goal-slot part of `BINDING_FACTS`, derived from it.
 - `CONSTRAINT_DETAIL_KEYS[domain]`: details keys constraints read (besides `total_inr`).
 - `check_constraint(c, booking) -> (ok, actual)`.
 """
@@ -12,27 +14,23 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any
 
 from cells.errors import DriftCallError
 from cells.step_03_data import load_fixture
-from cells.step_04_models import GOAL_DOMAINS, LANGUAGES, Booking, Constraint
+from cells.step_04_datatypes import GOAL_DOMAINS, LANGUAGES, Booking, Constraint, GoalSpec
 from cells.tasks.i18n import LANGUAGE_SCRIPT, has_script, nfc, phrases
+from cells.vendors.common import UNREGISTERED_GSTIN
 
 TEMPLATES_FIXTURE = "templates.yaml"
 
 INTENTS: dict[str, str] = {
     "airline": "book_flight", "cab": "book_cab", "restaurant": "order_food", "hotel": "book_hotel",
 }
-REQUIRED_SLOTS: dict[str, tuple[str, ...]] = {
-    "airline": ("from", "to", "date"),
-    "cab": ("pickup", "drop"),
-    "restaurant": ("city",),
-    "hotel": ("city", "check_in", "check_out"),
-}
-SLOT_TO_DETAIL: dict[str, str] = {"passengers": "passenger_count"}  # airline
 CONSTRAINT_DETAIL_KEYS: dict[str, tuple[str, ...]] = {
     "airline": ("depart_time", "passenger_count"),
     "cab": ("vehicle_class",),
@@ -91,8 +89,8 @@ class Template:
     no_egg: bool = False
     gstin: str = "sometimes"  # always | sometimes
 
-    def slot_choices(self, name: str) -> tuple[Any, ...] | None:
-        return dict(self.slots).get(name)
+    def slot_choices(self, name: str) -> tuple[Any, ...]:
+        return dict(self.slots).get(name, ())
 
     def option_choices(self, name: str) -> tuple[Any, ...] | None:
         return dict(self.options).get(name)
@@ -235,3 +233,165 @@ def check_constraint(c: Constraint, booking: Booking) -> tuple[bool, Any]:
         return actual in allowed, actual
     except TypeError:
         return False, actual
+
+
+# ---------------------------------------------------------------------------------------------
+# Binding facts: what the task booking must carry for the user to have got what they asked for
+# ---------------------------------------------------------------------------------------------
+
+
+def _norm_text(value: Any) -> str:
+    return " ".join(str(value).split()).casefold()
+
+
+def _same_normalised(expected: Any, actual: Any) -> bool:
+    """Equal after case and whitespace are normalised (place ids, IATA codes, enum values)."""
+    return actual is not None and _norm_text(expected) == _norm_text(actual)
+
+
+def _same_exact(expected: Any, actual: Any) -> bool:
+    """Equal as values: 2 == 2.0, "2026-01-02" == "2026-01-02"; a bool is never a count."""
+    return actual is not None and not isinstance(actual, bool) and expected == actual
+
+
+def _same_minute(expected: Any, actual: Any) -> bool:
+    """The same moment to the minute ("2026-01-02T09:30" == "2026-01-02T09:30:00")."""
+    try:
+        want, got = (datetime.fromisoformat(str(v)).replace(second=0, microsecond=0, tzinfo=None)
+                     for v in (expected, actual))
+    except (TypeError, ValueError):
+        return False
+    return want == got
+
+
+def _at_least(expected: Any, actual: Any) -> bool:
+    return isinstance(actual, int) and not isinstance(actual, bool) and actual >= int(expected)
+
+
+def _same_names(expected: Any, actual: Any) -> bool:
+    """The same people, in any order: every traveller named exactly once, nobody else."""
+    if not isinstance(actual, (list, tuple)):
+        return False
+    return sorted(map(_norm_text, expected)) == sorted(map(_norm_text, actual))
+
+
+def _diet_kept(expected: Any, actual: Any) -> bool:
+    """Every dish's tag is allowed by the diet ("non-veg" allows every tag)."""
+    allowed = DIET_ALLOWED_TAGS.get(str(expected))
+    if not isinstance(actual, (list, tuple)) or not actual:
+        return False
+    return allowed is None or all(tag in allowed for tag in actual)
+
+
+def _identifier_kept(expected: Any, actual: Any) -> bool:
+    """An identifier sent must be the user's own; UNREGISTERED only for a user who has none. Not
+    sending one is fine where the vendor did not ask (the user's words never demand an invoice)."""
+    if actual is None:
+        return True
+    if expected is None:
+        return _norm_text(actual) == _norm_text(UNREGISTERED_GSTIN)
+    return _norm_text(actual) == _norm_text(expected)
+
+
+COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "normalised": _same_normalised, "exact": _same_exact, "minute": _same_minute, "at_least": _at_least,
+    "names": _same_names, "diet": _diet_kept, "identifier": _identifier_kept,
+}
+
+
+@dataclass(frozen=True)
+class BindingFact:
+    """One fact the task booking must carry. `source` is "slot" (the goal's slots: what the user said)
+    or "user" (the hidden `UserFacts` attribute: what only the user knows and tells when asked);
+    `detail` is the `Booking.details` key the vendor writes; `compare` a `COMPARISONS` key.
+    `optional`: the fact binds only where the goal has it. `why`: what the user would call wrong.
+    `ask`: for a "user" fact, the user-simulator topic that asks for it (the agent must ask)."""
+
+    name: str
+    source: str
+    detail: str
+    compare: str
+    why: str
+    optional: bool = False
+    ask: str | None = None
+
+    def expected(self, goal: GoalSpec) -> Any:
+        return goal.slots.get(self.name) if self.source == "slot" else getattr(goal.user, self.name)
+
+    def applies(self, goal: GoalSpec) -> bool:
+        return not self.optional or self.expected(goal) is not None
+
+
+_CITY = "the user's city; the vendor's spelling may differ in case"
+BINDING_FACTS: dict[str, tuple[BindingFact, ...]] = {
+    "airline": (
+        BindingFact("from", "slot", "from", "normalised", "the route the user asked for"),
+        BindingFact("to", "slot", "to", "normalised", "the route the user asked for"),
+        BindingFact("date", "slot", "date", "exact", "a flight a day off is a missed trip"),
+        BindingFact("passengers", "slot", "passenger_count", "exact", "one seat per traveller the user counted"),
+        BindingFact("passenger_names", "user", "passengers", "names",
+                    "tickets are personal: invented or missing names are unusable tickets", ask="names"),
+    ),
+    "cab": (
+        BindingFact("pickup", "slot", "pickup", "normalised", "where the user is"),
+        BindingFact("drop", "slot", "drop", "normalised", "where the user goes"),
+        BindingFact("pickup_time", "slot", "pickup_time", "minute", "a cab a day or an hour off is no cab"),
+        BindingFact("vehicle_class", "slot", "vehicle_class", "exact", "the class the user named", optional=True),
+    ),
+    "restaurant": (
+        BindingFact("city", "slot", "city", "normalised", _CITY),
+        BindingFact("party_size", "slot", "item_count", "at_least",
+                    "food for N people is at least N portions (the user's words never say less)"),
+        BindingFact("diet", "slot", "diet_tags", "diet", "a vegetarian party gets vegetarian food"),
+    ),
+    "hotel": (
+        BindingFact("city", "slot", "city", "normalised", _CITY),
+        BindingFact("check_in", "slot", "check_in", "exact", "the nights the user asked for"),
+        BindingFact("check_out", "slot", "check_out", "exact", "the nights the user asked for"),
+        BindingFact("rooms", "slot", "rooms", "exact", "a room for everyone the user counted, no more"),
+        BindingFact("room_type", "slot", "room_type", "exact", "the room type the user named", optional=True),
+        BindingFact("gstin", "user", "gst_number", "identifier",
+                    "an invoice on someone else's GSTIN, or marked unregistered, cannot be claimed", ask="gstin"),
+    ),
+}
+# Stated constraints that do not bind r_task, and why. Every other stated constraint binds.
+SOFT_CONSTRAINTS: dict[str, str] = {
+    "total_inr": "the user accepts more when asked (UserFacts.budget_flex_inr); r_constraints grades it",
+}
+# Argument -> the user topic that supplies it: values only the user knows (the OTP binds no booking, but
+# a vendor sees it). A value sent under one of these that the user never said is a fabricated fact.
+USER_ONLY_ARGS: dict[str, str] = {
+    **{f.detail: f.ask for facts in BINDING_FACTS.values() for f in facts if f.ask}, "mfa_code": "mfa"}
+REQUIRED_SLOTS: dict[str, tuple[str, ...]] = {
+    d: tuple(f.name for f in facts if f.source == "slot" and not f.optional) for d, facts in BINDING_FACTS.items()}
+SLOT_TO_DETAIL: dict[str, str] = {f.name: f.detail for facts in BINDING_FACTS.values() for f in facts
+                                  if f.source == "slot" and f.name != f.detail}
+
+
+def binding_checks(goal: GoalSpec, booking: Booking) -> dict[str, dict[str, Any]]:
+    """Every binding fact and binding constraint of `goal` checked on `booking`: name -> row with
+    `expected`, `actual`, `ok` and how it was compared. All `ok` is what r_task needs."""
+    out: dict[str, dict[str, Any]] = {}
+    for fact in BINDING_FACTS[goal.domain]:
+        if not fact.applies(goal):
+            continue
+        expected, actual = fact.expected(goal), booking.details.get(fact.detail)
+        out[fact.name] = {"detail_key": fact.detail, "expected": expected, "actual": actual,
+                          "compare": fact.compare, "ok": COMPARISONS[fact.compare](expected, actual)}
+    for c in goal.constraints:
+        if c.name not in SOFT_CONSTRAINTS:
+            ok, actual = check_constraint(c, booking)
+            out[f"constraint:{c.name}:{c.op}"] = {"detail_key": c.name, "expected": c.value, "actual": actual,
+                                                  "compare": c.op, "ok": ok}
+    return out
+
+
+def binding_table() -> str:
+    """The declaration as a markdown table (docs and `python -m cells run --steps 7`)."""
+    rows = ["| domain | fact | from | booked as | compared | why |", "|---|---|---|---|---|---|"]
+    for domain, facts in BINDING_FACTS.items():
+        rows += [f"| {domain} | {f.name}{' (if stated)' if f.optional else ''} | {f.source} | `{f.detail}` | "
+                 f"{f.compare} | {f.why} |" for f in facts]
+    rows.append("| every | each stated constraint | slot | its detail key | its op | "
+                "what the user said; soft: " + "; ".join(f"`{k}` ({v})" for k, v in SOFT_CONSTRAINTS.items()) + " |")
+    return "\n".join(rows)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import Constraint, UserFacts, rng_for
+from cells.step_04_datatypes import Constraint, UserFacts, rng_for
 from cells.tasks import catalog
 from cells.tasks.catalog import Template
 from cells.tasks.i18n import tables
+from cells.vendors.common import gstin_checksum
 
 SWITCH_TO: dict[str, str] = {"hi": "hinglish", "hinglish": "hi", "en": "hinglish", "ta": "en", "kn": "en"}
 SWITCH_PROBABILITY = 0.4  # stage 3 only
@@ -21,21 +22,11 @@ _SURNAMES: dict[str, tuple[str, ...]] = {
     "kn": ("Gowda", "Rao", "Hegde", "Shetty", "Kulkarni"),
     "en": ("Menon", "D'Souza", "Bose", "Reddy", "Nair"),
 }
-_GST_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def round_to(x: float, step: int) -> int:
     """`x` rounded to a multiple of `step` (at least one step): budgets and flex amounts."""
     return max(step, round(x / step) * step)
-
-
-def gstin_checksum(first14: str) -> str:
-    """The GSTIN check character (mod-36 weighted sum) for a 14-character prefix."""
-    total = 0
-    for i, ch in enumerate(first14):
-        product = _GST_CHARS.index(ch) * (2 if i % 2 else 1)
-        total += product // 36 + product % 36
-    return _GST_CHARS[(36 - total % 36) % 36]
 
 
 def make_gstin(seed: int, state: str, business: bool) -> str:

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import GOAL_DOMAINS, LANGUAGES, Constraint, GoalSpec, rng_for, stable_id
+from cells.step_04_datatypes import GOAL_DOMAINS, LANGUAGES, Constraint, GoalSpec, rng_for, stable_id
 from cells.tasks import catalog
 from cells.tasks.catalog import Template
 from cells.tasks.facts import build_user, round_to
@@ -79,7 +79,7 @@ def in_later_year(value: Any, now: str) -> bool:
 
 def crosses_year(goal: GoalSpec) -> bool:
     """Whether a date slot of `goal` lies in the next calendar year (a January date asked for in December, the
-    year left unsaid): ~2.5% of goals, whose dates the dfb6f13 cpu-learn warm start got wrong (`sft_data`)."""
+    year left unsaid): ~2.5% of goals, whose dates a cpu-learn warm start got wrong (`sft_data`)."""
     return any(in_later_year(v, goal.now) for v in goal.slots.values())
 
 

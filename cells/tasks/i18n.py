@@ -14,7 +14,7 @@ from typing import Any
 
 from cells.errors import DriftCallError
 from cells.step_03_data import load_fixture
-from cells.step_04_models import LANGUAGES
+from cells.step_04_datatypes import LANGUAGES
 
 I18N_FIXTURE = "i18n.yaml"
 
@@ -198,7 +198,7 @@ def money(inr: int) -> str:
     digits = str(abs(int(inr)))
     if len(digits) > 3:
         head, tail = digits[:-3], digits[-3:]
-        groups = []
+        groups: list[str] = []
         while len(head) > 2:
             groups.insert(0, head[-2:])
             head = head[:-2]

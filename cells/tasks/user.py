@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from cells.step_04_models import GoalSpec, UserMessage, rng_for
+from cells.step_04_datatypes import GoalSpec, UserMessage, rng_for
 from cells.tasks.generator import render_values
 from cells.tasks.i18n import finish, join_names, money, nfc, phrases, vocab
 

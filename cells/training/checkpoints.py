@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cells.errors import DriftCallError
+from cells.step_02_profiles import knobs_in_scope
 
 META_NAME = "driftcall_meta.json"
 TRAINER_STATE_NAME = "trainer_state.json"
@@ -40,18 +41,12 @@ META_PACKAGES = ("torch", "transformers", "trl", "peft")
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
-# Profile fields that never change what training produces: evaluation sizes and bookkeeping.
-NOT_TRAINING_KNOBS = frozenset({
-    "run_root", "save_every", "warm_start_eval_per_cell", "eval_episodes_per_cell", "pass_k",
-    "probe_episodes_per_policy", "bootstrap_resamples", "voice_eval_per_cell",
-})
-# Fields only the GRPO stages read; the warm start (stage 0) ignores them. Any field not listed in
-# either set counts for every stage, so a newly added knob is compared rather than silently ignored.
-GRPO_ONLY_KNOBS = frozenset({
-    "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate",
-    "max_grad_norm", "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage",
-    "grpo_failure_candidates",
-})  # not language_weights: the warm start draws each sft stage's goals with them
+# From each knob's declared scope (`step_02_profiles.knob`): the fields that never change what training produces
+# (evaluation sizes, bookkeeping), and those only the GRPO stages read (the warm start, stage 0, ignores them).
+# A knob of scope "training" counts for every stage, and "training" is `knob`'s default scope, so a newly added
+# knob is compared rather than silently ignored.
+NOT_TRAINING_KNOBS = knobs_in_scope("evaluation", "run")
+GRPO_ONLY_KNOBS = knobs_in_scope("grpo")
 WAYS_ON = (
     "Two ways on: train into a new run directory (`python -m cells run --run-dir NEW_DIR`; notebook: "
     "DRIFTCALL_RUN_DIR=NEW_DIR), or start the training stages over in this one (`--fresh`; notebook: "
@@ -215,7 +210,7 @@ def stage_knobs(profile: Any, stage: int) -> dict[str, Any]:
     A GRPO stage continues the warm start and the earlier stages, so it depends on every training
     knob (a stage's own `steps_per_stage` entry and the total both shape its cosine schedule).
     """
-    from cells.step_04_models import canonical_json
+    from cells.step_04_datatypes import canonical_json
 
     data = json.loads(canonical_json(profile.to_dict()))
     data["profile"] = data.pop("name")
@@ -227,14 +222,14 @@ def knobs_digest(knobs: dict[str, Any]) -> str:
     """sha256 hex of the knobs' canonical JSON (never Python's per-process `hash()`)."""
     import hashlib
 
-    from cells.step_04_models import canonical_json
+    from cells.step_04_datatypes import canonical_json
 
     return hashlib.sha256(canonical_json(knobs).encode("utf-8")).hexdigest()
 
 
 def knob_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """{knob: (recorded, current)} for every knob whose value differs (or was never recorded)."""
-    from cells.step_04_models import canonical_json
+    from cells.step_04_datatypes import canonical_json
 
     old = recorded or {}
     return {
@@ -254,7 +249,7 @@ def default_knobs() -> dict[str, Any]:
 def added_at_default(differences: dict[str, tuple[Any, Any]]) -> set[str]:
     """Knobs the sidecar never recorded (added to `Profile` after it was written) that this run leaves at their
     default: the default is what the code did before the knob existed, so they change nothing."""
-    from cells.step_04_models import canonical_json
+    from cells.step_04_datatypes import canonical_json
 
     defaults = default_knobs()
     return {k for k, (old, new) in differences.items()

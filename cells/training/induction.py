@@ -6,7 +6,7 @@ Gemma has and the CPU profiles' randomly initialised tiny model does not. Measur
 (`python -m cells diagnose` on its run): after 24,000 expert conversations of SFT alone, 0 of 153 booking
 calls carried the token the episode issued. With this synthetic task first (a random token string, random
 filler, the string again; loss on the repeat only; 2.2 minutes), the same 24,000 conversations left 101 of 104
-booking calls carrying it, and held-out success went from 0% to 26.7% (README, cpu-learn). The loss shows the classic induction phase change: flat near ln(vocab) for ~1,400
+booking calls carrying it, and held-out success went from 0% to 26.7% (docs/experiments/). The loss shows the classic induction phase change: flat near ln(vocab) for ~1,400
 steps, then below 0.5 within ~200 more (batch 16, lr 3e-3), so the phase stops itself once the repeat is
 copied (`stop_loss`) instead of running a guessed number of steps.
 
@@ -130,7 +130,7 @@ COPY_KINDS = tuple(_MAKERS)  # ("uniform", "small_alphabet", "name_list")
 # name_list 2.0% exactly; 1,000 more steps on the three kinds mixed: 76.0%, 14.5%, 2.5%. Mixed from the start
 # (`--from-scratch`) it did not reach the stop loss in 4,000 steps (loss 1.83, 5.6 min): 76.0%, 16.0%, 1.5%.
 # This 644k-parameter model learns repeat-proof copying far too slowly for the run's budget, so the other kinds
-# are measured after every copy pretraining, not trained (README, cpu-learn).
+# are measured after every copy pretraining, not trained (docs/experiments/2026-12-04-cpu-learn.md).
 TRAIN_KINDS = ("uniform",)
 
 
@@ -143,7 +143,7 @@ def copy_example(generator: Any, low: int, high: int, kind: str = "uniform") -> 
     I X - 8 9 8), and a family's passengers share a surname. A copy head that looks up "the token after the last
     occurrence of this token" is ambiguous there, and uniform strings (repeats rare) never show it: the cpu-learn
     model wrote `IX-8988888...`, dropped the doubled `b` of `..._4bbf` and repeated `"Rohan Gupta"` until
-    the turn cap (8 of its 12 held-out failures; `python -m cells diagnose --failures`, README)."""
+    the turn cap (8 of its 12 held-out failures; `python -m cells diagnose --failures`)."""
     import torch
 
     if kind not in _MAKERS:

@@ -19,7 +19,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from cells.errors import DriftCallError
-from cells.step_04_models import LANGUAGES
+from cells.step_04_datatypes import LANGUAGES
 
 LANG_COLUMNS = tuple(f"reward/lang/{lang}" for lang in LANGUAGES)
 COMPONENT_COLUMNS = ("reward/task", "reward/drift", "reward/constraints", "reward/format", "reward/penalty")

@@ -4,11 +4,10 @@
   `(stage, count, language_weights)` of the plan (the profile's languages per stage reach the data);
   the episodes are interleaved by stage, so a prefix of the list is already a stage mix.
 - Search drills (`search_drills` per conversation, a profile knob): the start of a further fresh expert
-  episode up to and including its search call (`cells.step_04_models.GOAL_SEARCH_TOOLS`), with the system
-  prompt cut to its last line, the caller's time (`cells.agent.prompt.format_now`). Why: held-out searches of
-  the cpu-learn warm start got a goal slot wrong in 43 of 64 calls (month, city, cab place; `python -m cells
-  diagnose`), and mapping the spoken slot to its canonical value is learnt only at that one turn of a ~800-token
-  conversation. A drill is ~150 tokens and ends with that turn, so the same compute shows the mapping several
+  episode up to and including its search call (`cells.step_04_datatypes.GOAL_SEARCH_TOOLS`), with the system
+  prompt cut to its last line, the caller's time (`cells.agent.prompt.format_now`). Why: mapping the spoken
+  slot (month, city, cab place) to its canonical value is learnt only at that one turn of a ~800-token
+  conversation, and a warm start without drills got many such slots wrong (`python -m cells diagnose`). A drill is ~150 tokens and ends with that turn, so the same compute shows the mapping several
   times more often. The utterance keeps its distance to the search call, and the time line its distance to the
   utterance, as in the full prompt.
 - Recovery drills (`recovery_drills` per conversation, a profile knob; the warm start asks for them in the drifted
@@ -16,22 +15,25 @@
   with a list of the options still `available` (`BOOKING_WINDOW_CLOSED`, `VEHICLE_CLASS_UNAVAILABLE`,
   `ROOM_TYPE_UNAVAILABLE`), up to and including the expert's next call to that tool (the new choice: its rule
   applied to what is still available; a word to the user about a drift may come first), behind the same
-  one-line system prompt. Why these refusals only: on 300 drifted episodes (`python -m cells diagnose
-  --refusals`) the cpu-learn model trained at a87927b sent the same call again after 7 of its 14
-  `BOOKING_WINDOW_CLOSED` refusals but after none of 144 that need one argument fixed (missing fields, scopes,
-  MFA, GSTIN, which full conversations teach well); the repeats were its probe offences. With these drills (the
-  74e10d7 run): 1 of 12, and all 12 episodes booked (4 of 14 before). Only ~6.5% of stage-2/3 expert episodes
+  one-line system prompt. Why these refusals only: a warm start without them sent the same call again after
+  half of its `BOOKING_WINDOW_CLOSED` refusals but after almost none of those that need one argument fixed
+  (missing fields, scopes, MFA, GSTIN, which full conversations teach well), and the repeats were its probe
+  offences (`python -m cells diagnose --refusals`; docs/experiments/). Only ~6.5% of stage-2/3 expert episodes
   meet such a refusal, so the drills scan ~15 seeds each (`CHOICE_DRILL_SEEDS_PER`); a drill is ~630 tokens (the
   search result it chooses from is most of it).
 - Year-turn drills (`year_turn_drills` per conversation, a profile knob): search drills on seeds whose goal dates
   something in the next calendar year (`cells.step_07_tasks.crosses_year`: a January date asked for in December,
-  the year unsaid). Why: the dfb6f13 cpu-learn warm start failed all 5 such held-out episodes (5 of its 11
-  failures; 1 of 5 in the three runs before), writing this year (`2026-01-09` for `2027-01-09`) or this month
-  (`2026-12-02` for `2027-01-02`) with the day right, and its SFT-only control, 7.7 min more SFT, failed 1 of 5.
-  Only ~2.5% of goals cross the year, so ~2,250 of that warm start's ~93,000 examples showed the rule; the drills
-  scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`), most ruled out by their clock alone (`may_cross_year`). With 4,500
-  of them (the be6163c run) the warm start failed none of those 5 and wrote 6 of 6 year-turn search dates right.
-- `tokenize_all(tokenizer, conversations)`: `warm_start.tokenize_conversation` per conversation, with a
+  the year unsaid). Why: without them a warm start wrote this year (`2026-01-09` for `2027-01-09`) or this month
+  (`2026-12-02` for `2027-01-02`) with the day right. Only ~2.5% of goals cross the year, so few examples showed
+  the rule; the drills scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`), most ruled out by their clock alone
+  (`may_cross_year`).
+- `tokenize_conversation(tokenizer, messages)`: token ids and labels by incremental chat-template rendering
+  (`cells.agent.chat.render_segments`), the way the GRPO rollout sees an episode. Environment/user text gets
+  label -100; an assistant turn's tokens are trained up to and including the first stop token
+  (`<end_of_turn>` / eos), which is where generation stops in a rollout; template glue after it (the newline)
+  is not. Each segment is tokenized separately, as the rollout does. A template that is not prefix-preserving
+  (a later render rewrites earlier text) raises `ChatTemplateError`.
+- `tokenize_all(tokenizer, conversations)`: `tokenize_conversation` per conversation, with a
   progress bar. Rendering the chat template prefix by prefix (Jinja) is ~60% of that time and cannot be
   batched, so from `PARALLEL_MIN` conversations on, chunks go to forked worker processes, one per core
   (results identical and in order). cpu-learn's 96,000 examples took 4.8 min in one process on the slowed 2-core
@@ -53,9 +55,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cells.agent.chat import render_segments
+from cells.errors import DriftCallError
 from cells.progress import progress_bar
 
 IGNORE_INDEX = -100
+
+
+class WarmStartError(DriftCallError, ValueError):
+    """No conversations to warm-start on, or no saved full warm start to load (a bad conversation or chat
+    template raises `ChatTemplateError`)."""
+
+
+@dataclass(frozen=True)
+class TokenizedConversation:
+    """One conversation as the model trains on it: labels are -100 on non-assistant tokens."""
+
+    input_ids: tuple[int, ...]
+    labels: tuple[int, ...]
+
+    @property
+    def n_trained(self) -> int:
+        return sum(1 for t in self.labels if t != IGNORE_INDEX)
 
 
 DRILL_SEED_OFFSET = 50_000_000  # drills of a plan item start this far into its seed block (conversations: at 0)
@@ -101,7 +122,7 @@ Messages = list[dict[str, str]]
 def is_search_call(text: str) -> bool:
     """Whether an (expert, hence valid) action text calls a domain's search tool."""
     from cells.actions import parse_action
-    from cells.step_04_models import GOAL_SEARCH_TOOLS
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS
 
     return parse_action(text).tool_name in GOAL_SEARCH_TOOLS.values()
 
@@ -146,7 +167,7 @@ def choice_recovery_turn(episode: Any) -> int | None:
     """The turn of the next call to the same tool after the episode's first booking or order call refused with a
     list of the options still `available`; None without such a refusal or such a call."""
     from cells.rewards.common import next_call_to
-    from cells.step_04_models import GOAL_WRITE_TOOLS
+    from cells.step_04_datatypes import GOAL_WRITE_TOOLS
 
     writes = set(GOAL_WRITE_TOOLS.values())
     refusal = next((r for r in episode.results if r.tool_name in writes and not r.ok and "available" in r.response),
@@ -211,9 +232,32 @@ _CHUNK = 250  # conversations per worker task
 _POOL_TOKENIZER: Any = None  # set in the parent before forking; the workers inherit it
 
 
-def _tokenize_chunk(conversations: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    from cells.training.warm_start import tokenize_conversation
+def stop_token_ids(tokenizer: Any) -> frozenset[int]:
+    """Token ids that end an assistant turn: eos plus `<end_of_turn>` when the vocab has it."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    eot = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    if isinstance(eot, int) and eot != tokenizer.unk_token_id:
+        ids.add(eot)
+    return frozenset(ids)
 
+
+def tokenize_conversation(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> TokenizedConversation:
+    """Token ids and assistant-only labels for one conversation (see the module docstring)."""
+    stops = stop_token_ids(tokenizer)
+    input_ids: list[int] = []
+    labels: list[int] = []
+    for text, is_assistant in render_segments(tokenizer, messages):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if is_assistant:
+            cut = next((j + 1 for j, t in enumerate(ids) if t in stops), len(ids))
+            labels.extend(ids[:cut] + [IGNORE_INDEX] * (len(ids) - cut))
+        else:
+            labels.extend([IGNORE_INDEX] * len(ids))
+        input_ids.extend(ids)
+    return TokenizedConversation(tuple(input_ids), tuple(labels))
+
+
+def _tokenize_chunk(conversations: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     out = []
     for conv in conversations:
         tc = tokenize_conversation(_POOL_TOKENIZER, conv)
@@ -240,8 +284,6 @@ def tokenize_all(tokenizer: Any, conversations: Sequence[Sequence[dict[str, Any]
     import multiprocessing
 
     from datasets import Dataset
-
-    from cells.training.warm_start import WarmStartError
 
     global _POOL_TOKENIZER
     if not conversations:

@@ -2,7 +2,7 @@
 
 A group whose G episodes all earn the same reward has zero advantage everywhere, so it trains nothing
 (`groups/zero_std_frac`, logged by the trainer every step). `SignalReport` folds those logs over one
-stage and prints `[stage N] zero-variance groups: ...` at the end of it (issue 10's target: <= 30% in
+stage and prints `[stage N] zero-variance groups: ...` at the end of it (the target: <= 30% in
 stages 2-3), next to the stage's mean reward; `ctx.trainer_state["stage{N}_signal"]` keeps the numbers.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-ZERO_VARIANCE_TARGET = 0.30  # share of groups with identical rewards, stages 2-3 (issue 10)
+ZERO_VARIANCE_TARGET = 0.30  # share of groups with identical rewards, stages 2-3 (the learning run's target)
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,11 @@
 """Supervised warm start: TRL `SFTTrainer` on expert conversations, loss on assistant tokens only.
 
-Conversations are chat `messages` lists (system / user / assistant-or-model). We tokenize them
-ourselves, the way the GRPO rollout sees an episode: by incremental chat-template rendering.
-For the assistant message at index i,
-
-    before = render(messages[:i], add_generation_prompt=True)   # ends with "<start_of_turn>model\n"
-    after  = render(messages[:i + 1])                           # ... "{content}<end_of_turn>\n"
-
-the text between the previous render and `before` is environment/user text (label -100), and
-`after[len(before):]` is the assistant turn: its tokens are trained up to and including the
-first stop token (`<end_of_turn>` / eos), which is where generation stops in a rollout; template
-glue after it (the newline) is not. Each segment is tokenized separately, as the rollout does.
-A template that is not prefix-preserving (a later render rewrites earlier text) raises.
+Conversations are chat `messages` lists (system / user / assistant-or-model), tokenized the way the GRPO
+rollout sees an episode (`cells.training.sft_data.tokenize_conversation`: loss on assistant tokens only).
 
 `sft_warm_start` trains a peft adapter (GPU profiles) or every weight of a plain model (the CPU
-full warm start, whose result becomes the GRPO base and KL reference); data and batching live in
-`cells.training.sft_data`.
+full warm start, whose result becomes the GRPO base and KL reference); data, tokenization and batching
+live in `cells.training.sft_data`.
 
 Loss on labelled positions only (`LabelledPositionsSFTTrainer`, full-weight warm starts): TRL 1.16's
 `SFTTrainer` computes the loss through its chunked fused LM head, which projects every position through the
@@ -39,26 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cells.errors import DriftCallError
-
-ASSISTANT_ROLES = ("assistant", "model")
-IGNORE_INDEX = -100
-
-
-class WarmStartError(DriftCallError, ValueError):
-    """Bad conversations or a chat template that cannot be rendered incrementally."""
-
-
-@dataclass(frozen=True)
-class TokenizedConversation:
-    """One conversation as the model trains on it: labels are -100 on non-assistant tokens."""
-
-    input_ids: tuple[int, ...]
-    labels: tuple[int, ...]
-
-    @property
-    def n_trained(self) -> int:
-        return sum(1 for t in self.labels if t != IGNORE_INDEX)
+from cells.training.sft_data import IGNORE_INDEX, RightPadCollator, WarmStartError, tokenize_all
 
 
 @dataclass(frozen=True)
@@ -148,66 +119,8 @@ def summarize_eval(records: Sequence[Any]) -> WarmStartEval:
     )
 
 
-def _render(tokenizer: Any, messages: Sequence[dict[str, Any]], generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt)
-
-
-def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> list[tuple[str, bool]]:
-    """Split a conversation into (text, is_assistant) segments by incremental rendering.
-
-    Trailing non-assistant messages are dropped (they carry no loss).
-    """
-    if not messages or messages[0].get("role") in ASSISTANT_ROLES:
-        raise WarmStartError("a conversation must start with a system or user message")
-    segments: list[tuple[str, bool]] = []
-    done = ""
-    for i, message in enumerate(messages):
-        if message.get("role") not in ASSISTANT_ROLES:
-            continue
-        before = _render(tokenizer, messages[:i], True)
-        after = _render(tokenizer, messages[: i + 1], False)
-        if not before.startswith(done) or not after.startswith(before):
-            raise WarmStartError(
-                f"chat template is not prefix-preserving at message {i}: rendering more messages changed "
-                "earlier text, so rollout tokens and training tokens would differ; fix the template"
-            )
-        segments.append((before[len(done):], False))
-        segments.append((after[len(before):], True))
-        done = after
-    if not any(is_asst for _, is_asst in segments):
-        raise WarmStartError("conversation has no assistant message to learn from")
-    return segments
-
-
-def stop_token_ids(tokenizer: Any) -> frozenset[int]:
-    """Token ids that end an assistant turn: eos plus `<end_of_turn>` when the vocab has it."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    eot = tokenizer.convert_tokens_to_ids("<end_of_turn>")
-    if isinstance(eot, int) and eot != tokenizer.unk_token_id:
-        ids.add(eot)
-    return frozenset(ids)
-
-
-def tokenize_conversation(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> TokenizedConversation:
-    """Token ids and assistant-only labels for one conversation (see module docstring)."""
-    stops = stop_token_ids(tokenizer)
-    input_ids: list[int] = []
-    labels: list[int] = []
-    for text, is_assistant in render_segments(tokenizer, messages):
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if is_assistant:
-            cut = next((j + 1 for j, t in enumerate(ids) if t in stops), len(ids))
-            labels.extend(ids[:cut] + [IGNORE_INDEX] * (len(ids) - cut))
-        else:
-            labels.extend([IGNORE_INDEX] * len(ids))
-        input_ids.extend(ids)
-    return TokenizedConversation(tuple(input_ids), tuple(labels))
-
-
 def build_sft_dataset(tokenizer: Any, conversations: Sequence[Sequence[dict[str, Any]]], progress: bool = False) -> Any:
     """A `datasets.Dataset` with `input_ids`, `labels` and `length` columns."""
-    from cells.training.sft_data import tokenize_all
-
     return tokenize_all(tokenizer, conversations, progress=progress)
 
 
@@ -284,8 +197,6 @@ def sft_warm_start(
     """
     from trl import SFTConfig, SFTTrainer
 
-    from cells.training.sft_data import RightPadCollator
-
     output_dir = Path(output_dir)
     dataset = conversations if hasattr(conversations, "column_names") else build_sft_dataset(tokenizer, conversations)
     steps_per_epoch = -(-len(dataset) // batch_size)
@@ -308,8 +219,9 @@ def sft_warm_start(
     }
     full = not is_peft_model(model)
     labelled_loss = full if labelled_loss is None else labelled_loss
-    if labelled_loss:
-        kwargs["gradient_checkpointing"] = False
+    # off for the labelled-positions loss (see the module docstring); on otherwise, TRL's default, under the name
+    # transformers 5 reads (TRL's own `gradient_checkpointing=True` is a deprecated alias that warns)
+    kwargs["activation_checkpointing"] = not labelled_loss
     kwargs.update(overrides)
     collator = collator if collator is not None else RightPadCollator(tokenizer.pad_token_id)
     trainer_cls = labelled_positions_trainer_cls() if labelled_loss else SFTTrainer
@@ -325,3 +237,21 @@ def sft_warm_start(
     losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     return WarmStartResult(saved, len(dataset), collator.tokens, collator.labelled, trainer.state.global_step, losses,
                            seconds, full)
+
+
+def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
+    """`(profile, model, tokenizer)`: the profile a finished CPU run used, its saved full warm start
+    (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cells.modeling.tiny import build_or_load_tiny
+    from cells.step_02_profiles import load_run_profile
+
+    profile = load_run_profile(run_dir)
+    model_dir = Path(run_dir) / "training" / "warm_start" / "model"
+    if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file():
+        raise WarmStartError(f"{run_dir} has no full warm start (CPU profiles only; run the pipeline first)")
+    _, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
+    tokenizer.padding_side = "left"
+    return profile, AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), tokenizer

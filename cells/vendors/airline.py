@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from cells.step_04_models import Booking, GoalSpec, rng_for, stable_id
+from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
 from .common import booking_view, cancel, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
@@ -61,7 +61,7 @@ def _plant_goal_options(world: World, flights: list[dict[str, Any]], rng: Any) -
     anchor = max(FARE_FLOOR_INR, (fit_max - rng.randint(100, 600)) // pax)
     second = anchor + max(0, fit_max - anchor * pax) // pax // 2
     seats = max(9, pax + 2)
-    early, later = (tuple(minutes(t) for t in w) for w in (EARLY_FIT_DEPARTURES, LATER_FIT_DEPARTURES))
+    early, later = ((minutes(a), minutes(b)) for a, b in (EARLY_FIT_DEPARTURES, LATER_FIT_DEPARTURES))
     flights[0].update(fare=anchor, depart=_window(lo, hi, *early, rng), seats=seats + rng.randint(0, 20))
     flights[1].update(fare=second, depart=_window(lo, hi, *later, rng), seats=seats + 5)
     flights[2].update(fare=budget // pax + rng.randint(300, 2000))

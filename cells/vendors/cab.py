@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import Booking, rng_for, stable_id
+from cells.step_04_datatypes import Booking, rng_for, stable_id
 
 from .common import booking_view, cancel, check_duplicate
 from .errors import ErrorCode, VendorError

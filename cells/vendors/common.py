@@ -1,10 +1,11 @@
-"""Shared write-path pieces: record lookup, cancel-as-flag, and the duplicate stage."""
+"""Shared write-path pieces: record lookup, cancel-as-flag, the duplicate stage, and the GSTIN check."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from cells.step_04_models import Booking
+from cells.step_04_datatypes import Booking
 
 from .errors import ErrorCode, VendorError
 from .world import World, cancel_booking, live_duplicate
@@ -38,3 +39,22 @@ def booking_view(booking: Booking) -> dict[str, Any]:
     """What get_booking / track show the agent."""
     return {"booking_id": booking.booking_id, "status": booking.status, "total_inr": booking.total_inr,
             "payment_id": booking.payment_id, **booking.details}
+
+
+UNREGISTERED_GSTIN = "UNREGISTERED"  # the gst_number of a guest without a GSTIN
+_GST_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+GSTIN_FORM = re.compile(r"^\d{2}[A-Z]{5}\d{4}[A-Z][0-9A-Z]Z[0-9A-Z]$")  # state, PAN, entity, "Z", check
+
+
+def gstin_checksum(first14: str) -> str:
+    """The GSTIN check character (mod-36 weighted sum) for a 14-character prefix."""
+    total = 0
+    for i, ch in enumerate(first14):
+        product = _GST_CHARS.index(ch) * (2 if i % 2 else 1)
+        total += product // 36 + product % 36
+    return _GST_CHARS[(36 - total % 36) % 36]
+
+
+def valid_gstin(value: str) -> bool:
+    """A GSTIN a real vendor would accept: the documented form and a correct check character."""
+    return bool(GSTIN_FORM.match(value)) and gstin_checksum(value[:14]) == value[14]

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     DOMAINS,
     ToolDoc,
     ToolResult,
@@ -97,7 +97,7 @@ def describe_schema(world: World, domain: str) -> dict[str, Any]:
         doc = tool.doc(flags)
         tools[tool.name] = {"description": doc.description, "args": doc.args, "required": list(doc.required),
                             "response_fields": list(tool.fields(flags))}
-    return {"domain": domain, "schema_version": world.schema_versions[domain], "tools": tools}
+    return {"domain": domain, "tools": tools}  # no schema version: it would announce every drift
 
 
 def tool_docs(world: World, domains: tuple[str, ...]) -> tuple[ToolDoc, ...]:

@@ -11,7 +11,7 @@ import enum
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import ToolStatus
+from cells.step_04_datatypes import ToolStatus
 
 
 class ErrorCode(str, enum.Enum):

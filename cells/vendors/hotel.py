@@ -8,12 +8,11 @@ drift stays survivable); another hotel is over budget in every room type.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 
-from cells.step_04_models import Booking, GoalSpec, rng_for, stable_id
+from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
-from .common import booking_view, cancel, check_duplicate
+from .common import UNREGISTERED_GSTIN, booking_view, cancel, check_duplicate, valid_gstin
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
 from .registry import Arg, Tool, payment_args
@@ -25,7 +24,6 @@ RATE_FLOOR_INR = 1200  # per night; above the ₹1,000 GST drift threshold
 SLACK_INR = 700  # the planted fit stays at least this far under the budget...
 RESORT_FEE_ALLOWANCE_INR = 500  # ...plus this per night, so a resort-fee drift stays survivable
 RATE_JITTER_INR = (50, 400)  # seeded amount taken off the fit's total (per unit, rounded down)
-GSTIN = re.compile(r"^[0-9A-Z]{15}$")
 
 
 def nights_between(check_in: str, check_out: str) -> int:
@@ -120,9 +118,9 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     if args["room_type"] not in ROOM_TYPES:
         raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name="room_type", expected=list(ROOM_TYPES))
     gst = args.get("gst_number")
-    if gst is not None and gst != "UNREGISTERED" and not GSTIN.match(gst):
+    if gst is not None and gst != UNREGISTERED_GSTIN and not valid_gstin(gst):
         raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name="gst_number",
-                          expected='15-character GSTIN or "UNREGISTERED"')
+                          expected=f'a valid 15-character GSTIN (with its check character) or "{UNREGISTERED_GSTIN}"')
     hotel = _find_hotel(world, args["hotel_id"])
     flags = world.flags["hotel"]
     total = hotel["rates"][args["room_type"]] * nights * args["rooms"] + flags["resort_fee_per_night_inr"] * nights
@@ -137,7 +135,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     # 5. id generation + commit
     details = {"hotel_id": hotel["hotel_id"], "city": hotel["city"], "check_in": args["check_in"],
                "check_out": args["check_out"], "nights": nights, "room_type": args["room_type"],
-               "rooms": args["rooms"], "rating": hotel["rating"]}
+               "rooms": args["rooms"], "rating": hotel["rating"], "gst_number": gst}
     booking = Booking(stable_id("HBK", world.seed, key, len(world.bookings)), "hotel", "hotel.book",
                       "confirmed", details, total, turn, payment_id)
     response = {**booking_view(booking), "nightly_rate_inr": hotel["rates"][args["room_type"]],

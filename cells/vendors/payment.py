@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cells.step_04_models import stable_digest, stable_id
+from cells.step_04_datatypes import stable_digest, stable_id
 
 from .errors import ErrorCode, VendorError
 from .registry import Arg, Tool
@@ -23,8 +23,8 @@ def token_for(world: World, scope: str) -> str:
 
     Its random part is short (4 hex characters) on purpose: a token is accepted only if this episode's
     gateway issued it (`_token_scope`), so length adds no security here, while every booking must copy
-    the token out of a tool result. Issue 10 measured the cpu-learn model after 24,000 expert episodes:
-    it wrote the 12-character form as runs of one digit (`..._9b262555557c`) in every held-out booking
+    the token out of a tool result. A tiny cpu-learn model after 24,000 expert episodes
+    wrote the 12-character form as runs of one digit (`..._9b262555557c`) in every held-out booking
     attempt, and no booking ever went through."""
     digest = stable_digest(world.seed, "payment.token", scope, size=TOKEN_HEX_CHARS // 2).hex()
     return f"tok_{scope}_{digest}"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cells.step_04_models import ToolDoc
+from cells.step_04_datatypes import ToolDoc
 
 from .errors import ErrorCode, VendorError
 from .world import DATE

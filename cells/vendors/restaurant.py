@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import Booking, GoalSpec, rng_for, stable_id
+from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
 from .common import booking_view, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
@@ -79,7 +79,7 @@ def _plant_goal_options(world: World, places: list[dict[str, Any]], rng: Any) ->
 def listings(world: World, city: str) -> list[dict[str, Any]]:
     """Every restaurant in `city` with its full menu; a pure function of seed, city and goal."""
     rng = rng_for(world.seed, "restaurant.search", norm(city))
-    places = [{"restaurant_id": f"RST-{norm(city)}-{i + 1}", "name": name, "city": city,
+    places: list[dict[str, Any]] = [{"restaurant_id": f"RST-{norm(city)}-{i + 1}", "name": name, "city": city,
                "rating": rng.randint(35, 49) / 10, "delivery_eta_min": rng.randrange(20, 55, 5), "menu": _menu(rng)}
               for i, name in enumerate(rng.sample(NAMES, rng.randint(4, 6)))]
     if goal_slot_matches(world.goal, "restaurant", city=city):

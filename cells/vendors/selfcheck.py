@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import Constraint, GoalSpec, ToolResult, UserFacts
+from cells.step_04_datatypes import Constraint, GoalSpec, ToolResult, UserFacts
 
 from .dispatch import dispatch
 from .world import World, new_world

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_models import DOMAINS, Booking, GoalSpec
+from cells.step_04_datatypes import DOMAINS, Booking, GoalSpec
 
 # Every flag a drift may set, with its pre-drift value. Drift patterns may only set these keys.
 DEFAULT_FLAGS: dict[str, dict[str, Any]] = {

@@ -1,4 +1,4 @@
-"""Scripted players (DESIGN §8): expert, naive, honest failure, random and the probe's exploits.
+"""Scripted players (docs/design.md#8-agent-io): expert, naive, honest failure, random and the probe's exploits.
 
 Every policy answers with text that goes through `DriftCallEnv.step_text`; see `base.py` for the
 interface and the perfect-NLU `GoalReader` the scripted players get at reset.

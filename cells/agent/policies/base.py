@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from cells.actions import format_action
 from cells.errors import DriftCallError
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     ActionType,
     Constraint,
     DriftCallAction,

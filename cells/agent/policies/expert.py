@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     GOAL_SEARCH_TOOLS,
     GOAL_WRITE_TOOLS,
     DriftCallObservation,
     ToolResult,
     UserMessage,
 )
+from cells.step_07_tasks import BINDING_FACTS, UNREGISTERED_GSTIN
 from cells.tasks.i18n import money
 
 from . import phrases
@@ -68,7 +69,8 @@ class ExpertPolicy:
         self.mem = Memory(language=goal.language, default_scope=default_scope(observation))
         self.scope = self.mem.default_scope
         self.token: str | None = None
-        self.names: list[str] | None = None if goal.domain == "airline" else []
+        # the travellers' names bind the booking (step 7's BINDING_FACTS) and only the user knows them: ask first
+        self.names: list[str] | None = None if any(f.ask == "names" for f in BINDING_FACTS[goal.domain]) else []
         self.search: dict[str, Any] | None = None
         self.excluded: set[str] = set()
         self.extra: dict[str, Any] = {}
@@ -211,7 +213,7 @@ class ExpertPolicy:
             self.extra["mfa_code"] = otp_in(text)
             self.need = None
         elif self.need == "gstin":
-            self.extra["gst_number"] = gstin_in(text) or "UNREGISTERED"
+            self.extra["gst_number"] = gstin_in(text) or UNREGISTERED_GSTIN
             self.need = None
         elif self.need == "budget":
             self.budget_max = max_money_in(text) or self.goal.budget
@@ -229,7 +231,7 @@ class ExpertPolicy:
         return hotel_options(g, resp, self.fee)
 
     def _call(self, name: str, args: dict[str, Any]) -> str:
-        from cells.step_04_models import canonical_json
+        from cells.step_04_datatypes import canonical_json
 
         key = canonical_json([name, args])
         self.calls[key] = self.calls.get(key, 0) + 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from cells.step_04_models import ToolResult
+from cells.step_04_datatypes import ToolResult
 from cells.tasks.i18n import money
 
 # Every response key the vendors return before any drift (search, write and lookup tools).

@@ -10,7 +10,7 @@ Rules the wording keeps (checked by tests):
 
 from __future__ import annotations
 
-from cells.step_04_models import LANGUAGES
+from cells.step_04_datatypes import LANGUAGES
 from cells.tasks.i18n import money
 
 PHRASES: dict[str, dict[str, str]] = {

@@ -4,7 +4,7 @@ first listed one that meets every constraint the user stated, and build the writ
 Why the first listed, not the cheapest: the judge scores the booking against what the user asked
 (slots, constraints, budget), never against price optimality, and the expert's choice is what a small
 model must imitate in the warm start. "Scan the list, take the first that fits" is a rule a sub-1M-
-parameter model learns from examples; an argmin over 5-8 prices is not (issue 10: the cheapest-choice
+parameter model learns from examples; an argmin over 5-8 prices is not (a cheapest-choice
 expert left the warm-started cpu-learn model inventing flight ids that blend several listed ones).
 Dishes follow the same rule (the first allowed ones on the menu). When nothing fits the budget, the
 cheapest fitting option is the fallback the expert asks the user about.
@@ -98,6 +98,9 @@ def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: in
                        trust_filter: bool = False) -> list[Option]:
     """Per restaurant: an order of its first (up to 3) allowed dishes reaching the item count and minimum order."""
     allowed = _diet_allowed(goal)
+    # a naive player trusts the search filter for what a filter can say (a diet); a stated rule no filter
+    # expresses ("no egg") it still checks dish by dish, as it reads every other stated constraint
+    trust_filter = trust_filter and tuple(sorted(allowed)) in {tuple(sorted(t)) for t in DIET_TAGS.values()}
     want = max(int(goal.constraint("item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
     out = []
     for place in response.get("restaurants", []):

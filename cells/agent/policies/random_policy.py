@@ -12,7 +12,7 @@ import json
 import random
 from typing import Any
 
-from cells.step_04_models import DOMAINS, DriftCallObservation, stable_int
+from cells.step_04_datatypes import DOMAINS, DriftCallObservation, stable_int
 
 from . import base
 from .base import GoalReader

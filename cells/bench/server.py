@@ -20,7 +20,7 @@ request's send to its reply's arrival here, before the client parses it):
   pydantic, JSON) without the env's own work.
 Each run is bounded by `--seconds` and `--max-steps` per (server, concurrency). Reported: steps/s,
 p50/p99 step latency, the ratio to the floor, and sessions lost (a connection that closed or answered an
-error mid-episode). Targets (issue 13): ratio >= 0.70, p99 < 20 ms at 64 sessions (checked under both
+error mid-episode). Targets: ratio >= 0.70, p99 < 20 ms at 64 sessions (checked under both
 loads: saturating and paced; the p99 of every step measured, rounds pooled, each round's printed too),
 nothing lost.
 """
@@ -190,7 +190,7 @@ def _start(kind: str, stage: int, max_sessions: int, token: str, env_workers: in
     from cells.distributed import free_port
 
     port = free_port(HOST)
-    code = f"from cells.bench_server import _serve; _serve({kind!r}, {port}, {stage}, {max_sessions}, {env_workers})"
+    code = f"from cells.bench.server import _serve; _serve({kind!r}, {port}, {stage}, {max_sessions}, {env_workers})"
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "DRIFTCALL_TOKEN": token})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""Benchmarks: environment speed and the policy table behind the probe contract.
+"""`bench env` and `bench policies`: environment speed and the policy table behind the probe contract.
 
     python -m cells bench env [--episodes 300]       expert episodes/s, env steps/s, reward-time share
     python -m cells bench policies [--seeds 500]     success / mean reward per stage x language for the
@@ -7,7 +7,7 @@
                                                      on any FAIL)
 
 `--seeds N` is per stage: N/5 held-out seeds (`eval_seeds`) per language. Time on 2 CPU cores:
-`bench env` ~5 s; `bench policies --seeds 500` ~2 min (13 policies x 1,500 episodes).
+`bench env` ~5 s; `bench policies --seeds 500` a few minutes (every policy x 1,500 episodes).
 """
 
 from __future__ import annotations
@@ -19,20 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cells.step_04_models import LANGUAGES
+from cells.step_04_datatypes import LANGUAGES
 
 STAGES = (1, 2, 3)
-# The benches that live in their own module (its `main(argv)` runs them), imported only when asked for.
-_MODULE_BENCHES = {
-    "server": "cells.bench_server",  # steps/s and latency against OpenEnv's own floor
-    "train": "cells.training.bench_train",  # SFT tokens/s, GRPO s/step, rollout tokens/s, plain-TRL floor
-    "voice": "cells.bench_voice",  # the voice boundary's round trip: CER and slot survival per language
-    "copy": "cells.training.bench_copy",  # what copy pretraining teaches the tiny model to copy, per kind of string
-    "scale": "cells.training.bench_scale",  # GRPO s/step of 1 process against N, same global batch
-}
-# Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
-BENCHES = ("env", "policies", *_MODULE_BENCHES)
-EXPERT_MIN_SUCCESS = 0.95
+EXPERT_MIN_SUCCESS = 0.99  # in every stage x language cell
 NAIVE_MIN_DROP = 0.30
 NEVER_BOOKED_MAX = 0.1
 MIN_FIRE_RATE = 0.95
@@ -109,6 +99,7 @@ class Row:
     drifted: bool
     scheduled: tuple[str, ...]
     fired: tuple[str, ...]
+    harmed: bool = False  # an offence in step 8's HARM_CODES happened
 
 
 def policy_factories() -> dict[str, Callable[[], Any]]:
@@ -141,7 +132,8 @@ def play_table(seeds_per_stage: int, stages: tuple[int, ...] = STAGES,
                     ep = r.episode
                     rows.append(Row(name, stage, lang, r.rewards.r_task, r.rewards.reward, bool(ep.bookings),
                                     bool(ep.drifts), tuple(s.pattern_id for s in ep.schedule),
-                                    tuple(d.pattern_id for d in ep.drifts)))
+                                    tuple(d.pattern_id for d in ep.drifts),
+                                    bool(r.rewards.breakdown["penalty"]["harm"])))
     return rows
 
 
@@ -186,6 +178,10 @@ def checks(rows: list[Row]) -> list[tuple[bool, str]]:
             worst = max(unbooked)
             out.append((_mean(unbooked) < NEVER_BOOKED_MAX and worst < NEVER_BOOKED_MAX,
                         f"exploit {name} never booked: mean {_mean(unbooked):.4f}, max {worst:.4f} < {NEVER_BOOKED_MAX}"))
+    harmed = [r.reward for r in rows if r.harmed]
+    if harmed:  # harm costs more than an honest failure (0)
+        out.append((max(harmed) < 0.0, f"harm costs: max reward {max(harmed):.4f} over {len(harmed)} episodes "
+                                       f"with a wrong booking, an unrequested charge or a fabricated fact < 0"))
     unbooked = [r.reward for r in rows if not r.booked]
     if unbooked:
         # <= 0, not == 0: a failed episode's offences cost (step 8), so an exploit that books nothing goes below 0
@@ -216,29 +212,3 @@ def print_policies(rows: list[Row]) -> bool:
     for ok, line in results:
         print(f"{'PASS' if ok else 'FAIL'}  {line}")
     return all(ok for ok, _ in results)
-
-
-def main(argv: list[str]) -> int:
-    """`bench env [--episodes N]` | `bench policies [--seeds N]` | `bench server [...]` (cells/bench_server.py)
-    | `bench train [--profile cpu-learn]` (cells/training/bench_train.py)
-    | `bench scale [--processes 2]` (cells/training/bench_scale.py) | `bench voice` (cells/bench_voice.py)
-    | `bench copy [--profile cpu-learn]` (cells/training/bench_copy.py)."""
-    import argparse
-    import importlib
-
-    if argv[:1] and argv[0] in _MODULE_BENCHES:
-        return importlib.import_module(_MODULE_BENCHES[argv[0]]).main(argv[1:])
-
-    parser = argparse.ArgumentParser(prog="python -m cells bench")
-    parser.add_argument("what", choices=("env", "policies"))
-    parser.add_argument("--episodes", type=int, default=300, help="bench env: expert episodes per stage")
-    parser.add_argument("--seeds", type=int, default=500, help="bench policies: held-out seeds per stage")
-    args = parser.parse_args(argv)
-    if args.what == "env":
-        print_env(bench_env(args.episodes))
-        return 0
-    t0 = time.perf_counter()
-    rows = play_table(args.seeds)
-    ok = print_policies(rows)
-    print(f"\n{len(rows)} episodes in {time.perf_counter() - t0:.1f}s")
-    return 0 if ok else 1

@@ -3,8 +3,8 @@
     python -m cells bench scale [--profile cpu-learn --processes 2 --steps 4 --rounds 2 --model-dir DIR]
 
 Each measurement is a real `DriftCallGRPOTrainer` stage on the real env (stage 2, the profile's G, prompts per
-step, turn caps and model), launched as `python -m cells.training.bench_scale worker` for one process and
-through `accelerate launch --multi_gpu --num_processes N` for N (the launcher `README.md` documents; on a
+step, turn caps and model), launched as `python -m cells.bench.scale worker` for one process and
+through `accelerate launch --multi_gpu --num_processes N` for N (the launcher `docs/scaling.md` documents; on a
 machine without a GPU it starts N gloo processes). The global batch is the same in both (`build_grpo_config`
 splits it), so seconds per optimiser step compare directly; the first step is warm-up and not counted. One
 process gets every core's threads, each of N processes 1/N of them. Rounds alternate the two so load from
@@ -81,7 +81,7 @@ def measure(processes: int, profile: str, steps: int, model_dir: str | None) -> 
     from cells.distributed import launch_command
 
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["-m", "cells.training.bench_scale", "worker", tmp, profile, str(steps), model_dir or ""]
+        args = ["-m", "cells.bench.scale", "worker", tmp, profile, str(steps), model_dir or ""]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("WORLD_SIZE", None)
         if processes > 1:

@@ -1,4 +1,4 @@
-"""Step 4 - data model: the frozen types every other step exchanges (DESIGN §2).
+"""Step 4 - data model: the frozen types every other step exchanges (docs/design.md#2-data-model).
 
 Rules: frozen dataclasses; collections inside are tuples; dict fields are never mutated in
 place (build new ones); money is integer INR; every type round-trips through JSON with
@@ -13,10 +13,11 @@ Run alone: `python -m cells run --profile cpu-smoke --steps 4` (instant).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cells.datamodel.codec import (  # re-exported: callers import the data model from this step
     MAX_ABS_NUMBER,
@@ -124,10 +125,10 @@ class DriftCallAction(JsonModel):
             require(isinstance(self.message, str) and self.message.strip() != "", name, "message",
                      f"{kind.value} needs a non-empty message")
         if kind is ActionType.SUBMIT:
-            ok = isinstance(self.confidence, (int, float)) and not isinstance(self.confidence, bool)
-            require(ok and 0.0 <= float(self.confidence) <= 1.0, name, "confidence",
-                     f"submit needs a confidence in [0, 1], got {self.confidence!r}")
-            object.__setattr__(self, "confidence", float(self.confidence))
+            c = self.confidence
+            require(isinstance(c, (int, float)) and not isinstance(c, bool) and 0.0 <= c <= 1.0, name, "confidence",
+                    f"submit needs a confidence in [0, 1], got {c!r}")
+            object.__setattr__(self, "confidence", float(cast(float, c)))  # a number: `require` passed
         else:
             require(self.confidence is None, name, "confidence", "only submit carries a confidence")
         require(self.message is None or isinstance(self.message, str), name, "message", "must be a string")
@@ -149,7 +150,7 @@ class ToolResult(JsonModel):
     tool_name: str
     status: ToolStatus
     response: dict[str, Any]
-    schema_version: int
+    schema_version: int | None  # the judge's record; None in what the agent sees (no free drift tell)
     latency_ms: int
     turn: int
 
@@ -163,6 +164,11 @@ class ToolResult(JsonModel):
     @property
     def ok(self) -> bool:
         return self.status is ToolStatus.OK
+
+    def for_agent(self) -> ToolResult:
+        """What the agent sees: the vendor's answer without the schema version, which moves exactly when a
+        drift fires in the domain (a drift must be noticed from the API's behaviour, not announced)."""
+        return self if self.schema_version is None else dataclasses.replace(self, schema_version=None)
 
     @property
     def error_code(self) -> str | None:
@@ -395,9 +401,10 @@ class DriftCallState(JsonModel):
     terminated_by: TerminatedBy | None = None
 
 
-# The lowest reward an episode can earn: a failed episode's offences cost up to this much (step 8's
-# `combine`), so GRPO can tell a failure with offences from one without; a success earns up to 1.
-MIN_REWARD = -0.1
+# The lowest reward an episode can earn (step 8's `combine`): a harmful episode (a wrong booking, an
+# unrequested charge, a fabricated fact) costs 0.4, and a failed episode's offences up to 0.1 more, so
+# GRPO ranks harm < failure with offences < honest failure (0) < success (up to 1).
+MIN_REWARD = -0.5
 
 
 @dataclass(frozen=True)

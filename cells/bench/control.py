@@ -34,25 +34,8 @@ CONTROL_SEED_BLOCK = 3  # SFT seed blocks 0-2 (stride `SFT_STAGE_SEED_STRIDE`) a
 
 
 class ControlError(DriftCallError, RuntimeError):
-    """The run directory cannot host the control (no full warm start, no GRPO metrics, no baseline eval)."""
-
-
-def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
-    """`(profile, model, tokenizer)`: the profile a finished CPU run used, its saved full warm start
-    (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from cells.modeling.tiny import build_or_load_tiny
-    from cells.step_02_profiles import load_run_profile
-
-    profile = load_run_profile(run_dir)
-    model_dir = Path(run_dir) / "training" / "warm_start" / "model"
-    if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file():
-        raise ControlError(f"{run_dir} has no full warm start (CPU profiles only; run the pipeline first)")
-    _, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
-    tokenizer.padding_side = "left"
-    return profile, AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), tokenizer
+    """The run directory cannot host the control (no GRPO metrics, no baseline eval; no full warm start raises
+    `WarmStartError`)."""
 
 
 def grpo_seconds(metrics_csv: Path) -> float:
@@ -119,7 +102,7 @@ def run_control(run_dir: Path) -> dict[str, Any]:
     from cells.evaluation.report import compare_reports, save_report_json
     from cells.evaluation.runner import EvalCase, evaluate, make_spec, report_for
     from cells.training.sft_data import tokenize_all
-    from cells.training.warm_start import sft_warm_start
+    from cells.training.warm_start import load_run_warm_start, sft_warm_start
 
     run_dir = Path(run_dir)
     profile, model, tokenizer = load_run_warm_start(run_dir)

@@ -123,7 +123,7 @@ def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out:
     per_round = max(1, steps // rounds)
 
     def run(m: Any, collator: Any, labelled_loss: bool) -> float:
-        extra = {} if labelled_loss else {"gradient_checkpointing": True}  # TRL's SFTConfig default
+        extra = {} if labelled_loss else {"activation_checkpointing": True}  # TRL's SFTConfig default
         result = sft_warm_start(m, tok, dataset, out, learning_rate=profile.sft_learning_rate,
                                 batch_size=profile.sft_batch_size or profile.num_generations, seed=profile.seed,
                                 lr_scheduler_type=profile.sft_lr_scheduler, warmup_ratio=profile.sft_warmup_ratio,
@@ -168,9 +168,9 @@ def bench_floor(model: Any, tok: Any, profile: Any, completion_tokens: int, step
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    from cells.agent.chat import render_initial_prompt
     from cells.step_07_tasks import generate
     from cells.step_13_grpo_config import build_grpo_config
-    from cells.step_14_trainer import render_initial_prompt
 
     weights = dict(profile.language_weights[0])
     prompts = [render_initial_prompt(tok, generate(seed=s, stage=1, language_weights=weights)) for s in range(steps)]

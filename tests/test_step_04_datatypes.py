@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cells.step_04_models import (
+from cells.step_04_datatypes import (
     MODEL_TYPES,
     ActionRecord,
     ActionType,

@@ -44,9 +44,8 @@ from cells.errors import DriftCallError
 
 # A goal slot holding a date (`date`, `check_in`, the day of a cab's `pickup_time`): the model writes it in ISO
 # form from a spoken "2 May". Days 1-9 need a zero the utterance never shows, and whether the spoken day has one
-# digit or two is where the 33ffd5d warm start's searches got dates wrong: 10 of 130 one-digit days (`2026-08-01`
-# written `2026-08-11`) against 1 of 292 two-digit ones over 576 probe-range episodes (the reverse, `28` written
-# `02`, also occurs); each of the trained model's 4 wrong bookings in the probe was a wrong date.
+# digit or two is where warm starts have got dates wrong (`2026-08-01` written `2026-08-11`, and the reverse), so
+# the counts are kept per kind of day.
 ISO_DATE_CHARS = 10  # "2026-05-02": a datetime slot's date part
 DAY_KINDS: dict[str, str] = {"one_digit_day": "one-digit days", "two_digit_day": "two-digit days"}  # -> words
 # every date slot has one day kind; those dated in the next calendar year (`crosses_year`) are counted again
@@ -68,7 +67,7 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
     searches, those whose arguments equal every goal slot they name, the date slots among those arguments and
     those whose date part is right (by one- and two-digit day, and again for dates in the next calendar year:
     `<kind>_slots`, `<kind>_slots_right` for each `DATE_KINDS` key), and how the episodes ended."""
-    from cells.step_04_models import GOAL_SEARCH_TOOLS
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS
     from cells.step_07_tasks import in_later_year
 
     searches = frozenset(GOAL_SEARCH_TOOLS.values())
@@ -105,8 +104,8 @@ def copy_diagnostics(episodes: Iterable[Any]) -> dict[str, int]:
 
 def diagnose_run(run_dir: Path) -> dict[str, int]:
     """Play the run's warm start on the warm-start eval plan; write and return `diagnose.json`'s counts."""
-    from cells.control import load_run_warm_start
     from cells.evaluation.runner import eval_plan, play_greedy
+    from cells.training.warm_start import load_run_warm_start
 
     run_dir = Path(run_dir)
     profile, model, tokenizer = load_run_warm_start(run_dir)
@@ -136,17 +135,19 @@ def task_failure(task: dict[str, Any]) -> str:
     missed = list(wrong_slots(task))
     if missed:
         return f"booked, wrong {', '.join(missed)}"
+    if task.get("harm"):
+        return f"booked right, but harmed: {', '.join(task['harm'])}"
     return f"booked right, ended by {task.get('terminated_by', '?')} without submitting"
 
 
 def wrong_slots(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """{slot: {"expected", "actual"}} for each required slot the single live booking got wrong, from the task
-    breakdown ({} when there is not exactly one booking)."""
+    """{fact: {"expected", "actual"}} for each binding fact the single live booking got wrong, from the task
+    breakdown ({} when there is not exactly one booking; run files from before binding facts say "slots")."""
     candidates = task.get("candidates") or []
     if len(candidates) != 1:
         return {}
     return {k: {"expected": v.get("expected"), "actual": v.get("actual")}
-            for k, v in candidates[0].get("slots", {}).items() if not v.get("ok")}
+            for k, v in (candidates[0].get("facts") or candidates[0].get("slots") or {}).items() if not v.get("ok")}
 
 
 def episode_row(episode: Any, rewards: Any) -> dict[str, Any]:
@@ -320,7 +321,7 @@ def first_refusal(episode: Any) -> dict[str, Any] | None:
     """The episode's first booking or order call a vendor refused (a timeout is no refusal): its error code,
     whether the next call to that tool sent the same arguments again, and whether the episode booked."""
     from cells.rewards.common import actions_by_turn, next_call_to
-    from cells.step_04_models import GOAL_WRITE_TOOLS, ToolStatus, canonical_json
+    from cells.step_04_datatypes import GOAL_WRITE_TOOLS, ToolStatus, canonical_json
 
     writes = set(GOAL_WRITE_TOOLS.values())
     refusal = next((r for r in episode.results
@@ -356,8 +357,8 @@ REFUSALS_FILES = {False: "diagnose_refusals.json", True: "diagnose_refusals_warm
 def diagnose_refusals(run_dir: Path, episodes: int = 300, warm_start: bool = False) -> dict[str, Any]:
     """Play the exported trained model (or with `warm_start` the run's saved warm start, to tell what GRPO changed
     from what it inherited) on `refusal_cases(episodes)`; write and return `REFUSALS_FILES[warm_start]`."""
-    from cells.control import load_run_warm_start
     from cells.evaluation.runner import play_greedy
+    from cells.training.warm_start import load_run_warm_start
 
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")

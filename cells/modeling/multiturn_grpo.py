@@ -46,6 +46,41 @@ def materialise_runs(self: Any, inputs: list[Mapping[str, Any]], num_generations
     return out
 
 
+@contextmanager
+def activation_checkpointing_off(model: Any, kwargs: dict[str, Any] | None) -> Iterator[None]:
+    """Activation checkpointing off inside (rollouts and the no-grad log-prob passes have no backward pass to
+    recompute for), back on after. TRL's `disable_gradient_checkpointing` and `unwrap_model_for_generation` do
+    this through transformers' deprecated `gradient_checkpointing_*` names, each of which prints a FutureWarning
+    on every GRPO step; this is the same through their replacements, `activation_checkpointing_*`."""
+    was_on = bool(getattr(model, "is_activation_checkpointing", False))
+    if was_on:
+        model.activation_checkpointing_disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            model.activation_checkpointing_enable(kwargs)
+
+
+@contextmanager
+def model_for_rollout(self: Any) -> Iterator[Any]:
+    """The trainer's model, unwrapped, with activation checkpointing off while it plays. Under DeepSpeed ZeRO-3
+    (parameters gathered for generation) TRL's `unwrap_model_for_generation` does it, deprecated names included."""
+    from trl.distributed import DistributedBackend
+    from trl.models.utils import unwrap_model_for_generation
+
+    if DistributedBackend(self.accelerator).is_zero3:
+        with unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        ) as model:
+            yield model
+        return
+    model = self.accelerator.unwrap_model(self.model_wrapped)
+    with activation_checkpointing_off(model, self.args.gradient_checkpointing_kwargs):
+        yield model
+
+
 def _accepts_first_generation(fn: Any) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
@@ -61,7 +96,6 @@ def _rollout(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generat
     (`cells.agent.groups.make_rollout_group_fn`: it also counts the decoding steps), else one
     `rollout_group_fn` call per run."""
     import torch
-    from trl.models.utils import unwrap_model_for_generation
 
     from cells.agent.groups import GroupRequest
 
@@ -75,10 +109,7 @@ def _rollout(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generat
                                  "(cells.agent.groups.make_rollout_group_fn does)")
     requests = [GroupRequest(record["_meta"]["goal"], int(record["_meta"]["episode_seed"]), count, first)
                 for record, first, count in runs]
-    with torch.no_grad(), unwrap_model_for_generation(
-        self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-        gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-    ) as model:
+    with torch.no_grad(), model_for_rollout(self) as model:
         common = {"model": model, "tokenizer": self.processing_class, "env_factory": self.env_factory}
         decode_steps = None
         if play_groups is not None:
@@ -105,7 +136,6 @@ def _rollout(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generat
 def old_and_ref_logps(self: Any, batch: dict[str, Any], mode: str) -> dict[str, Any]:
     """`old_per_token_logps` / `ref_per_token_logps` (B, C), exactly when TRL's own method computes them."""
     import torch
-    from trl.models.utils import disable_gradient_checkpointing
     from trl.trainer.utils import use_adapter
 
     out: dict[str, Any] = {}
@@ -114,7 +144,7 @@ def old_and_ref_logps(self: Any, batch: dict[str, Any], mode: str) -> dict[str, 
     keep = batch["completion_ids"].size(1)  # C
     size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
     generate_every = self.args.steps_per_generation * self.num_iterations
-    with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), \
+    with torch.no_grad(), activation_checkpointing_off(self.model, self.args.gradient_checkpointing_kwargs), \
             scoring_model_tokens(self, batch):
         if self.args.gradient_accumulation_steps % generate_every != 0:  # samples go stale before they are used
             out["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
@@ -216,7 +246,7 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     its slice, exactly as TRL does for single-turn GRPO."""
     import torch
 
-    from cells.step_13_grpo_config import reward_components
+    from cells.modeling.episode_rewards import reward_components
 
     mode = "train" if self.model.training else "eval"
     g = self.num_generations if mode == "train" else self.num_generations_eval

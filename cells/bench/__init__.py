@@ -1,0 +1,117 @@
+"""Every benchmark, one `python -m cells bench <what>` each; `--docs` also writes its output into its block of
+`docs/benchmarks.md` (the command, commit and date on the block's first line).
+
+    python -m cells bench env [--episodes 300]       expert episodes/s, env steps/s, reward-time share
+    python -m cells bench policies [--seeds 500]     the scripted players per stage x language; PASS/FAIL checks
+    python -m cells bench server                     steps/s and latency against OpenEnv's own floor
+    python -m cells bench train --profile cpu-learn  SFT tokens/s, GRPO s/step, rollout tokens/s vs plain TRL
+    python -m cells bench copy --profile cpu-learn   what copy pretraining teaches the tiny model to copy
+    python -m cells bench scale --processes 2        GRPO s/step of 1 process against N, same global batch
+    python -m cells bench voice                      the voice boundary's round trip per language
+
+Each bench lives in its own module here, imported only when asked for. `control.py` is here too, though it is
+`python -m cells control` (the SFT-only control for a finished run's GRPO): it trains and evaluates, so it
+belongs to the tools layer above both (tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+# The benches that live in their own module (its `main(argv)` runs them).
+_MODULE_BENCHES = {
+    "server": "cells.bench.server",  # steps/s and latency against OpenEnv's own floor
+    "train": "cells.bench.train",  # SFT tokens/s, GRPO s/step, rollout tokens/s, plain-TRL floor
+    "voice": "cells.bench.voice",  # the voice boundary's round trip: CER and slot survival per language
+    "copy": "cells.bench.copy",  # what copy pretraining teaches the tiny model to copy, per kind of string
+    "scale": "cells.bench.scale",  # GRPO s/step of 1 process against N, same global batch
+}
+# Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
+BENCHES = ("env", "policies", *_MODULE_BENCHES)
+
+
+DOCS = "docs/benchmarks.md"  # where `--docs` writes each bench's block (`bench:<what>`)
+
+
+class _Tee:
+    """A stdout that also keeps what it was given (the bench's printed summary, for `--docs`)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.parts = out, []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _split_docs(argv: list[str]) -> tuple[list[str], str | None]:
+    """`argv` without `--docs [FILE]`, and the file to write (None when the flag is absent)."""
+    if "--docs" not in argv:
+        return argv, None
+    i = argv.index("--docs")
+    rest = argv[i + 1:]
+    if rest and not rest[0].startswith("-"):
+        return argv[:i] + rest[1:], rest[0]
+    return argv[:i] + rest, DOCS
+
+
+def write_docs(what: str, argv: list[str], printed: str, path: str = DOCS) -> str:
+    """Write what `python -m cells bench <what> <argv>` printed into its block of `path` (`bench:<what>`), with
+    the command, commit and date on the block's first line; returns the path."""
+    from cells.evaluation import docblocks
+
+    command = " ".join(["python -m cells bench", what, *argv])
+    block = docblocks.render(f"bench:{what}", f"python -m cells bench {what} --docs", f"```text\n{printed.strip()}\n```",
+                             run_command=command)
+    return str(docblocks.write_block(Path(path), f"bench:{what}", block))
+
+
+def main(argv: list[str]) -> int:
+    """`bench env [--episodes N]` | `bench policies [--seeds N]` (env_policies.py) | `bench server [...]`
+    (server.py) | `bench train [--profile cpu-learn]` (train.py) | `bench scale [--processes 2]` (scale.py)
+    | `bench voice` (voice.py) | `bench copy [--profile cpu-learn]` (copy.py).
+
+    Any of them with `--docs [FILE]` also writes what it printed into its block of `docs/benchmarks.md`."""
+    import contextlib
+    import sys
+
+    argv, docs = _split_docs(list(argv))
+    if docs is None:
+        return _run(argv)
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        code = _run(argv)
+    if code == 0:
+        print(f"[bench] wrote {write_docs(argv[0], argv[1:], ''.join(tee.parts), docs)}")
+    else:
+        print(f"[bench] exit code {code}: {docs} left as it was")
+    return code
+
+
+def _run(argv: list[str]) -> int:
+    import argparse
+    import importlib
+
+    if argv[:1] and argv[0] in _MODULE_BENCHES:
+        return importlib.import_module(_MODULE_BENCHES[argv[0]]).main(argv[1:])
+
+    from cells.bench.env_policies import bench_env, play_table, print_env, print_policies
+
+    parser = argparse.ArgumentParser(prog="python -m cells bench")
+    parser.add_argument("what", choices=("env", "policies"))
+    parser.add_argument("--episodes", type=int, default=300, help="bench env: expert episodes per stage")
+    parser.add_argument("--seeds", type=int, default=500, help="bench policies: held-out seeds per stage")
+    args = parser.parse_args(argv)
+    if args.what == "env":
+        print_env(bench_env(args.episodes))
+        return 0
+    t0 = time.perf_counter()
+    rows = play_table(args.seeds)
+    ok = print_policies(rows)
+    print(f"\n{len(rows)} episodes in {time.perf_counter() - t0:.1f}s")
+    return 0 if ok else 1
