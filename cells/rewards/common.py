@@ -164,26 +164,3 @@ def key_paths(value: Any, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             yield from key_paths(v, f"{prefix}[{i}]")
-
-
-def same_value(expected: Any, actual: Any) -> bool:
-    """Slot equality after normalising case, whitespace, numeric strings and list order."""
-    return canonical_json(_canon(expected)) == canonical_json(_canon(actual))
-
-
-def _canon(value: Any) -> Any:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = " ".join(value.split()).casefold()
-        try:
-            return float(text)
-        except ValueError:
-            return text
-    if isinstance(value, dict):
-        return {str(k): _canon(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return sorted((_canon(v) for v in value), key=canonical_json)
-    return str(value)
