@@ -163,10 +163,16 @@ class WhisperASR:
 
     def transcribe(self, wav: bytes, language: str) -> str:
         _check_language(language)
+        text = self._decode(wav, language, ASR_PROMPTS[language])
+        # The prompt steers the script, but with the n-gram block it can leave the decoder nothing to say (espeak-ng
+        # 1.51's Kannada through Whisper base: ''): a user who spoke is then heard without the prompt, never as silence.
+        return text or self._decode(wav, language, None)
+
+    def _decode(self, wav: bytes, language: str, prompt: str | None) -> str:
         segments, _ = self.model.transcribe(
             io.BytesIO(wav), language=WHISPER_LANGUAGES[language], beam_size=1, temperature=0.0,
             condition_on_previous_text=False, without_timestamps=True, vad_filter=False,
-            max_new_tokens=ASR_MAX_NEW_TOKENS, no_repeat_ngram_size=3, initial_prompt=ASR_PROMPTS[language])
+            max_new_tokens=ASR_MAX_NEW_TOKENS, no_repeat_ngram_size=3, initial_prompt=prompt)
         return unicodedata.normalize("NFC", " ".join(s.text.strip() for s in segments).strip())
 
 
