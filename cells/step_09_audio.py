@@ -236,12 +236,20 @@ def run(ctx: Context) -> Context:
     if any(support.values()):
         print("[voice] the boundary is off (it is never on in training); the env and demo run text only")
         return ctx
+    from cells.distributed import is_main_process
+
+    ctx.artifacts["voice"] = Path(whisper_model_dir())
+    if not is_main_process():  # a check, not work to share: one process loads Whisper, and prints
+        return ctx
     boundary = default_boundary()
     for language, text in SAMPLE_LINES.items():
         trace = boundary.hear(text, language)
         print(f"[voice] {language:<8} {trace.audio_seconds:4.1f}s audio, ASR {trace.asr_seconds:4.1f}s, "
               f"CER {character_error_rate(text, trace.transcript):.2f}: {trace.transcript[:60]}")
-    ctx.artifacts["voice"] = Path(whisper_model_dir())
+    # Release Whisper (CTranslate2's threads) now rather than at interpreter exit, where tearing its threads
+    # down aborted a two-process run ("terminate called without an active exception"); a later step that
+    # needs the boundary builds it again.
+    default_boundary.cache_clear()
     return ctx
 
 
