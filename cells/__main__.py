@@ -1,4 +1,4 @@
-"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | diagnose | serve
+"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | splits | diagnose | serve
 | judge | profiles`."""
 
 from __future__ import annotations
@@ -56,6 +56,13 @@ def _cmd_control(args: argparse.Namespace) -> int:
     from cells.bench.control import main as control_main
 
     return control_main(["--run-dir", args.run_dir])
+
+
+def _cmd_splits(args: argparse.Namespace) -> int:
+    from cells.bench.splits import main as splits_main
+
+    return splits_main(["--run-dir", args.run_dir, "--per-set", str(args.per_set)]
+                       + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else []))
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
@@ -150,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/bench/control.py)")
     p_control.add_argument("--run-dir", default="runs/cpu-learn")
     p_control.set_defaults(func=_cmd_control)
+    p_splits = sub.add_parser("splits", help="a finished CPU run's models on held-out episodes stratified by drift "
+                                             "split: demonstrated, reinforced, unseen (cells/bench/splits.py)")
+    p_splits.add_argument("--run-dir", default="runs/cpu-rl")
+    p_splits.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
+    p_splits.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
+    p_splits.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
+    p_splits.set_defaults(func=_cmd_splits)
     p_judge = sub.add_parser("judge", help="what success means and what each offence costs, from the declarations "
                                            "(step 7's BINDING_FACTS, step 8's PENALTY)")
     p_judge.add_argument("--docs", action="store_true", help="write them into docs/judge.md instead of printing")

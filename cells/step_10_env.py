@@ -52,12 +52,15 @@ from cells.step_04_datatypes import (
 )
 from cells.step_05_vendors import World, default_tool_docs, describe_schema, dispatch, new_world
 from cells.step_06_drift import (
+    DriftPool,
     apply_drift,
     attach_notice,
     build_schedule,
+    drift_split,
     due_drifts,
     forced_schedule,
     pattern_by_id,
+    reinforcement_pool,
 )
 from cells.step_07_tasks import acknowledge, generate, reply
 
@@ -145,6 +148,7 @@ class DriftCallEnv:
         goal_fn: Any = None,
         forced_pattern: str | None = None,
         voice: Any = None,
+        drift_pool: DriftPool | None = None,
     ) -> None:
         if stage not in STAGE_TURN_BUDGETS:
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
@@ -154,6 +158,9 @@ class DriftCallEnv:
         self.language_weights = dict(language_weights or DEFAULT_LANGUAGE_WEIGHTS)
         self.max_turns = max_turns or STAGE_TURN_BUDGETS[stage]
         self._goal_fn = goal_fn or generate
+        # step 6's `DriftPool`: the patterns schedules draw from (a split's demonstrated ones for the warm start's
+        # data, demonstrated and reinforced for GRPO); None: the whole catalogue
+        self.drift_pool = drift_pool
         self._forced: str | None = None
         if forced_pattern is not None:
             self.force_drift(forced_pattern)
@@ -168,7 +175,7 @@ class DriftCallEnv:
         seed = 0 if seed is None else int(seed)
         goal = self._goal_fn(seed=seed, stage=self.stage, language_weights=self.language_weights)
         world = new_world(goal, seed)
-        schedule = build_schedule(self.stage, seed, goal)
+        schedule = build_schedule(self.stage, seed, goal, self.drift_pool)
         if self._forced is not None:
             schedule = forced_schedule(self._forced)
         tools = reset_tool_docs(goal.domain)
@@ -383,9 +390,18 @@ def make_env_factory(stage: int, language_weights: dict[str, float] | None = Non
 
 
 def stage_env_factories(profile: Any) -> dict[int, Callable[[], DriftCallEnv]]:
-    """One env factory per curriculum stage, with that stage's language weights and turn budget."""
-    return {s: make_env_factory(s, profile.languages_for_stage(s), max_turns=profile.turn_budget(s))
+    """One env factory per curriculum stage (GRPO's episodes), with that stage's language weights and turn budget,
+    and with a `drift_split` the split's `reinforcement_pool` (demonstrated and reinforced patterns)."""
+    pool = grpo_drift_pool(profile)
+    return {s: make_env_factory(s, profile.languages_for_stage(s), max_turns=profile.turn_budget(s), drift_pool=pool)
             for s in STAGE_TURN_BUDGETS}
+
+
+def grpo_drift_pool(profile: Any) -> DriftPool | None:
+    """The profile's `drift_split`'s `reinforcement_pool` (None without a split: every pattern)."""
+    if not profile.drift_split:
+        return None
+    return reinforcement_pool(drift_split(profile.drift_split), profile.grpo_reinforced_share)
 
 
 def run(ctx: Context) -> Context:

@@ -4,7 +4,9 @@
    over `profile.sft_stages` (cpu profiles: 1-3, so drift handling is in the data), goals drawn with
    each stage's `language_weights`, plus `profile.sft_search_drills` search drills per conversation (a further
    fresh episode cut after its search call behind a system prompt of only the caller's time: the slot mapping,
-   city or place or spoken date to its canonical value, seen more often per second) and, in stages 2-3,
+   city or place or spoken date to its canonical value, seen more often per second),
+   `profile.sft_booking_drills` booking drills (the same, cut after the first booking or order call: the choice a
+   booking carries) and, in stages 2-3,
    `profile.sft_recovery_drills` recovery drills (a further fresh episode whose booking call was refused with the
    options still available, cut after the expert's new choice, behind the same prompt) and
    `profile.sft_year_turn_drills` year-turn drills (search drills on goals dated in the next calendar year, a
@@ -60,16 +62,20 @@ SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.see
 
 def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
     """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
-    budget, `profile.sft_search_drills` search and `profile.sft_year_turn_drills` year-turn drills per conversation,
+    budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
+    `profile.sft_year_turn_drills` year-turn drills per conversation,
     and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
     warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) later blocks, same recipe."""
+    from cells.step_06_drift import demonstration_pool, drift_split
     from cells.training.sft_data import EpisodePlanItem
 
     # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
     recovery = profile.sft_recovery_drills if stage > 1 else 0.0
+    pool = demonstration_pool(drift_split(profile.drift_split)) if profile.drift_split else None
     return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
                            profile.seed + seed_block * SFT_STAGE_SEED_STRIDE, profile.sft_search_drills,
-                           profile.turn_budget(stage), recovery, profile.sft_year_turn_drills)
+                           profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
+                           profile.sft_booking_drills, pool)
 
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
@@ -291,6 +297,7 @@ def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResul
         import torch
 
         base = type(base).from_pretrained(str(model_dir), dtype=torch.float32)
+        refuse_other_tokenizer(ctx, model_dir)
         result = WarmStartResult(model_dir, 0, 0, 0, 0, (), full_model=True)
     else:
         base.requires_grad_(True)
@@ -298,6 +305,18 @@ def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResul
         result = _train(ctx, base, out)
     ctx.model = attach_adapter(base, ctx.profile)  # adapter off = the warm-started model = GRPO's KL reference
     return result
+
+
+def refuse_other_tokenizer(ctx: Context, model_dir: Path) -> None:
+    """Raise when the saved warm start was trained on other token ids than step 12's tokenizer gives: the tiny
+    tokenizer is trained on the project's own text, so a fixture edited since the warm start changes it."""
+    if not (model_dir / "tokenizer.json").is_file():
+        return  # saved before warm starts kept their tokenizer: nothing to compare
+    from transformers import AutoTokenizer
+
+    if AutoTokenizer.from_pretrained(str(model_dir)).get_vocab() != ctx.tokenizer.get_vocab():
+        raise RuntimeError(f"the warm start in {model_dir} was trained with another tokenizer than this checkout "
+                           "builds (a fixture the tokenizer learns from changed since): rerun with --fresh")
 
 
 def copy_pretrain_first(ctx: Context, base: Any, out: Path) -> None:

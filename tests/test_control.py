@@ -50,16 +50,18 @@ def test_control_data_follow_the_warm_starts_recipe_with_its_drills():
     from cells.training.sft_data import generate_conversations
 
     profile = get_profile("cpu-learn")
-    assert (profile.sft_search_drills, profile.sft_recovery_drills, profile.sft_year_turn_drills) == (2.0, 0.45, 0.15)
+    assert (profile.sft_search_drills, profile.sft_booking_drills, profile.sft_recovery_drills,
+            profile.sft_year_turn_drills) == (1.0, 0.6, 0.45, 0.15)
     convs = control.control_conversations(profile, 30)  # ten conversations per stage, each with its drills
     warm_recipe = generate_conversations([sft_plan_item(profile, 10, 2, control.CONTROL_SEED_BLOCK + 1)])
-    assert sum(m[0]["content"].startswith("Now: ") for m in warm_recipe) == 20 + 4 + 2  # search, recovery, year-turn
+    # search, booking, recovery, year-turn drills
+    assert sum(m[0]["content"].startswith("Now: ") for m in warm_recipe) == 10 + 6 + 4 + 2
     assert [m for m in convs if m in warm_recipe] == warm_recipe  # stage 2's share is exactly step 15's recipe
-    assert len(convs) == 32 + 36 + 36  # stage 1 draws no recovery drills
+    assert len(convs) == 28 + 32 + 32  # stage 1 draws no recovery drills
     # here ten conversations round (half to even) 4.5 recovery drills to 4 and 1.5 year-turn drills to 2; at the
-    # profile's scale: a conversation, 2 search drills, 0.15 year-turn drills, and 0.45 recovery drills in two
-    # stages of three
-    assert control.examples_per_conversation(profile) == pytest.approx(1 + 2 + 0.15 + 0.45 * 2 / 3, rel=1e-3)
+    # profile's scale: a conversation, a search drill, 0.6 booking drills, 0.15 year-turn drills, and 0.45 recovery
+    # drills in two stages of three
+    assert control.examples_per_conversation(profile) == pytest.approx(1 + 1 + 0.6 + 0.15 + 0.45 * 2 / 3, rel=1e-3)
 
 
 def test_control_is_cut_to_its_token_budget():
@@ -122,3 +124,23 @@ def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     assert out["grpo_vs_control"]["n_pairs"] == len(cases)
     assert (run / "eval_paired_grpo_vs_control.json").is_file()
     assert (run / "training" / "sft_control" / "model" / "model.safetensors").is_file()
+
+
+def test_a_runs_warm_start_is_read_with_the_tokenizer_it_was_trained_on(tmp_path):
+    """The tiny tokenizer is learnt from the project's text: after a fixture edit the cache builds another one, so
+    the run's readers (control, diagnose, splits) take the tokenizer saved with the warm start."""
+    from cells.modeling.tiny import build_or_load_tiny, corpus_texts
+    from cells.training.warm_start import load_run_warm_start
+
+    profile = get_profile("cpu-smoke")
+    run = tmp_path / "run"
+    (run / "profile.json").parent.mkdir(parents=True)
+    (run / "profile.json").write_text(json.dumps(dataclasses.asdict(profile)))
+    texts = tuple(t.replace("a", "q") for t in corpus_texts())  # as if a fixture had changed since the run
+    base, trained_with, _ = build_or_load_tiny(profile.tiny, tmp_path / "then", profile.seed, texts=texts)
+    base.save_pretrained(run / "training" / "warm_start" / "model")
+    trained_with.save_pretrained(run / "training" / "warm_start" / "model")
+    _, now, _ = build_or_load_tiny(profile.tiny, run / "tiny_model", profile.seed)
+    assert now.get_vocab() != trained_with.get_vocab()
+    _, _, tokenizer = load_run_warm_start(run)
+    assert tokenizer.get_vocab() == trained_with.get_vocab() and tokenizer.padding_side == "left"

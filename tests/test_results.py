@@ -261,6 +261,36 @@ def test_refusal_summary_counts_the_same_call_sent_again_after_a_refused_booking
         assert "TIMEOUT" not in counts["by_code"]  # a timeout's fix is the identical call: no refusal
 
 
+def test_development_summary_counts_success_per_stage_and_each_wrong_binding_fact():
+    """`diagnose --dev` reads development cases (clear of the probe's and --refusals' cases): the expert succeeds in
+    all of them; a player booking one unit short fails every booked one, and the fact it got wrong is named."""
+    from cells.agent.play import play_episode
+    from cells.evaluation.diagnose import DEVELOPMENT_CASES_FROM, development_summary, refusal_cases
+    from cells.step_07_tasks import eval_seeds
+    from cells.step_10_env import DriftCallEnv
+    from cells.step_11_agent import EXPLOIT_POLICIES, ExpertPolicy
+    from cells.step_20_probe import probe_cases
+
+    cases = probe_cases(24, start=DEVELOPMENT_CASES_FROM)
+    taken = {c.seed for c in probe_cases(1_000)} | {c.seed for c in refusal_cases(1_000)}
+    taken |= {s for stage in (1, 2, 3) for lang in ("hi", "ta", "kn", "en", "hinglish") for s in eval_seeds(50, stage, lang)}
+    assert not {c.seed for c in cases} & taken
+
+    def summary(policy):
+        played = [play_episode(DriftCallEnv(c.stage, {c.language: 1.0}), policy(), c.seed) for c in cases]
+        return development_summary(played)
+
+    expert, short = summary(ExpertPolicy), summary(EXPLOIT_POLICIES["wrong_quantity"])
+    assert expert["played"] == 24 and expert["success"] == 1.0 and expert["failures"] == 0
+    assert expert["success_by_stage"] == {"1": 1.0, "2": 1.0, "3": 1.0} and expert["wrong_facts"] == {}
+    assert short["success"] == 0.0 and short["failures"] == 24
+    booked_wrong = sum(n for f, n in short["by_failure"].items() if f.startswith("booked, wrong"))
+    assert booked_wrong >= 12 and sum(short["wrong_facts"].values()) >= booked_wrong
+    assert set(short["wrong_facts"]) <= {"airline.passengers", "airline.passenger_names", "restaurant.party_size",
+                                         "hotel.rooms", "cab.pickup_time"} | {
+        k for k in short["wrong_facts"] if ".constraint:" in k}
+
+
 def test_section_reports_what_the_model_did_after_refusals_when_present(tmp_path):
     run, _, _ = _fake_run(tmp_path)
     assert "--refusals" not in results.results_section(run)

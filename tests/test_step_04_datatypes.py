@@ -152,3 +152,14 @@ def test_seeded_random_is_random_random(seed):
     ours, ref = seeded_random(seed), random.Random(seed)
     assert ours.getstate() == ref.getstate()
     assert [ours.random(), ours.randrange(10**6), ours.gauss(0, 1)] == [ref.random(), ref.randrange(10**6), ref.gauss(0, 1)]
+
+
+def test_the_agents_view_of_a_result_drops_only_the_schema_version():
+    """The judge's record keeps the version (it moves when a drift fires); the agent's copy has none, else equal."""
+    from cells.step_04_datatypes import ToolResult, ToolStatus
+
+    judged = ToolResult("airline.search", ToolStatus.OK, {"flights": [{"flight_id": "6E-1"}]}, 2, 40, 3)
+    seen = judged.for_agent()
+    assert seen.schema_version is None and judged.schema_version == 2
+    assert seen.to_dict() == {**judged.to_dict(), "schema_version": None}
+    assert seen.for_agent() is seen

@@ -295,3 +295,87 @@ def test_predicates_follow_the_vendor_prices(monkeypatch):
     monkeypatch.setattr(restaurant, "DISH_PRICE_CAP_INR", 170)  # 3 x ₹170 >= ₹499: the drift would not bite
     assert not PREDICATES["goal_charge_above_mfa_threshold"](flight, mfa)
     assert not PREDICATES["goal_budget_allows_min_order"](food, min_order)
+
+
+# --------------------------------------------------------------------------- splits and pools
+
+def _raw_with_splits() -> dict[str, Any]:
+    from cells.step_03_data import load_fixture
+
+    doc = load_fixture("drifts.yaml")
+    return {"version": doc["version"], "patterns": [dict(p) for p in doc["patterns"]],
+            "splits": {name: {"why": s["why"], "reinforced": dict(s["reinforced"]), "unseen": dict(s["unseen"])}
+                       for name, s in doc["splits"].items()}}
+
+
+def test_the_latin_split_partitions_the_catalogue_into_latin_squares_over_vendor_and_kind():
+    from cells.step_06_drift import PATTERN_SETS, drift_split
+
+    split = drift_split("latin")
+    sets = {which: split.ids(which) for which in PATTERN_SETS}
+    assert sum(len(v) for v in sets.values()) == len(PATTERNS)
+    assert set().union(*sets.values()) == {p.id for p in PATTERNS}
+    for which in ("reinforced", "unseen"):
+        withheld = [pattern_by_id(i) for i in sets[which]]
+        assert len({p.domain for p in withheld}) == len({p.kind for p in withheld}) == len(withheld) == 4
+    demonstrated = [pattern_by_id(i) for i in sets["demonstrated"]]
+    assert {p.domain for p in demonstrated} == set(DOMAINS) and {p.kind for p in demonstrated} == set(DRIFT_KINDS)
+    assert all(why.strip() for why in {**split.reinforced, **split.unseen}.values())
+    assert split.set_of("cab_city_required") == "reinforced" and split.set_of("cab_mini_suspended") == "demonstrated"
+    with pytest.raises(DriftCatalogueError, match=r"no drift split 'nope'.*known: \['latin'\]"):
+        drift_split("nope")
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda s: s["reinforced"].update(no_such_drift="why"), "are not pattern ids"),
+    (lambda s: s["unseen"].update(cab_city_required="again"), "also reinforced"),
+    (lambda s: s["reinforced"].update(airline_price_field_renamed="a second airline pattern"), "share the domain"),
+    (lambda s: s["reinforced"].update(cab_city_required=" "), "say why"),
+    (lambda s: s.pop("why"), "allowed (and required) keys"),
+    (lambda s: s.update(unseen=["cab_tolls_unbundled"]), "must be a non-empty mapping of pattern id -> why"),
+])
+def test_bad_splits_raise_naming_the_split_key_and_what_is_allowed(edit, needle):
+    from cells.step_06_drift import parse_splits
+
+    doc = _raw_with_splits()
+    edit(doc["splits"]["latin"])
+    with pytest.raises(DriftCatalogueError) as err:
+        parse_splits(doc, parse_catalogue(doc))
+    assert "drifts.yaml: split latin" in str(err.value) and needle in str(err.value)
+
+
+def test_a_split_must_leave_every_vendor_a_demonstrated_pattern():
+    """A catalogue whose restaurant has only the two patterns the split withholds: nothing left to combine there."""
+    from cells.step_06_drift import parse_splits
+
+    doc = _raw_with_splits()
+    kept = {"restaurant_min_order_raised", "restaurant_item_modifiers_required"}
+    doc["patterns"] = [p for p in doc["patterns"] if p["domain"] != "restaurant" or p["id"] in kept]
+    with pytest.raises(DriftCatalogueError, match="no demonstrated pattern is left for the domain \\['restaurant'\\]"):
+        parse_splits(doc, parse_catalogue(doc))
+
+
+def test_pools_keep_schedules_inside_their_sets_and_favour_what_they_reinforce():
+    from cells.step_06_drift import DriftPool, demonstration_pool, drift_split, reinforcement_pool
+
+    split = drift_split("latin")
+    demo, rl = demonstration_pool(split), reinforcement_pool(split, 0.8)
+    reinforced = split.ids("reinforced")
+    drawn_demo, drawn_rl = [], []
+    for domain in ("airline", "cab", "restaurant", "hotel"):
+        goal = sample_goal(domain)
+        for seed in range(120):
+            for stage in (2, 3):
+                assert build_schedule(stage, seed, goal, None) == build_schedule(stage, seed, goal)
+                drawn_demo += [d.pattern_id for d in build_schedule(stage, seed, goal, demo)]
+                drawn_rl += [d.pattern_id for d in build_schedule(stage, seed, goal, rl)]
+    assert drawn_demo and set(drawn_demo) <= split.ids("demonstrated")
+    assert set(drawn_rl) <= split.ids("demonstrated") | reinforced and set(drawn_rl) & reinforced
+    even = [d.pattern_id for domain in ("airline", "cab", "restaurant", "hotel") for seed in range(120)
+            for d in build_schedule(2, seed, sample_goal(domain), reinforcement_pool(split, 0.0))]
+    assert sum(p in reinforced for p in drawn_rl) / len(drawn_rl) > 2 * sum(p in reinforced for p in even) / len(even)
+    with pytest.raises(ValueError, match="favoured_share"):
+        DriftPool(frozenset({"cab_city_required"}), frozenset(), 1.5)
+    with pytest.raises(ValueError, match="not allowed in the pool"):
+        DriftPool(frozenset(), frozenset({"cab_city_required"}), 0.5)
+    assert build_schedule(2, 1, sample_goal("cab"), DriftPool(frozenset())) == ()  # nothing allowed: no drift

@@ -613,6 +613,42 @@ def test_search_drills_reach_the_warm_start_from_the_profile(tmp_path):
         dataclasses.replace(profile, sft_search_drills=-1.0)
 
 
+def test_booking_drills_end_at_the_experts_first_booking_call_carrying_every_binding_fact():
+    from cells.actions import parse_action
+    from cells.agent.prompt import format_now
+    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS
+    from cells.step_07_tasks import generate
+    from cells.step_15_train_stage1 import sft_plan_item
+    from cells.training.sft_data import BOOKING_SEED_OFFSET, EpisodePlanItem, generate_conversations
+
+    weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
+    item = EpisodePlanItem(3, 6, weights, 0, search_drills=0.5, booking_drills=1.5)
+    assert (item.drills, item.bookings, item.examples) == (3, 9, 18)
+    mixed = generate_conversations([item])
+    plain = generate_conversations([dataclasses.replace(item, booking_drills=0.0)])
+    assert len(mixed) == 18 and [m for m in mixed if m in plain] == plain  # the rest unchanged, drills among them
+    scanned = (generate(TRAIN_SEEDS.seed(BOOKING_SEED_OFFSET + i), 3, dict(weights)) for i in range(4 * 9 + 100))
+    goals = {goal.seed_utterance: goal for goal in scanned}
+    bookings = [m for m in mixed if m not in plain]
+    assert len(bookings) == 9 and {goals[d[1]["content"]].domain for d in bookings} >= {"airline", "restaurant"}
+    for drill in bookings:
+        goal = goals[drill[1]["content"]]
+        assert drill[0] == {"role": "system", "content": format_now(goal.now)}
+        calls = [parse_action(m["content"]).tool_name for m in drill if m["role"] == "assistant"]
+        assert drill[-1]["role"] == "assistant" and calls[-1] == GOAL_WRITE_TOOLS[goal.domain]
+        assert GOAL_SEARCH_TOOLS[goal.domain] in calls and GOAL_WRITE_TOOLS[goal.domain] not in calls[:-1]
+        args = parse_action(drill[-1]["content"]).tool_args
+        if goal.domain == "restaurant":  # a portion per diner, as a number the user said, on one dish
+            assert len(args["items"]) == 1 and args["items"][0]["qty"] >= goal.slots["party_size"]
+        if goal.domain == "airline":  # the names the user gave when asked, one per seat
+            assert args["passengers"] == list(goal.user.passenger_names)
+    profile = dataclasses.replace(get_profile("cpu-smoke"), sft_booking_drills=0.4)
+    assert [sft_plan_item(profile, 10, stage, stage - 1).bookings for stage in (1, 2, 3)] == [4, 4, 4]
+    with pytest.raises(ValueError, match="sft_booking_drills"):
+        dataclasses.replace(profile, sft_booking_drills=-0.1)
+
+
 def test_recovery_drills_end_at_the_experts_new_choice_after_a_refusal_listing_what_is_available():
     from cells.actions import parse_action
     from cells.agent.prompt import format_now

@@ -167,3 +167,18 @@ def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes
     assert json.loads((tmp_path / "diagnose_refusals.json").read_text(encoding="utf-8")) == summary
     with pytest.raises(DiagnoseError, match="--episodes must be >= 1"):
         diagnose_refusals(tmp_path, episodes=0)
+    from cells.evaluation.diagnose import DEV_FILES, diagnose_development
+
+    dev = diagnose_development(tmp_path, episodes=3)  # the export, on development cases
+    assert dev["played"] == 3 and dev["model"] == "trained" and set(dev["success_by_stage"]) == {"1", "2", "3"}
+    assert json.loads((tmp_path / DEV_FILES[False]).read_text(encoding="utf-8"))["failures"] == dev["failures"]
+    from cells.evaluation.diagnose import REACH_FILES, diagnose_reach
+
+    with pytest.raises(DiagnoseError, match="without a drift_split"):
+        diagnose_reach(tmp_path, episodes=1)
+    reach = diagnose_reach(tmp_path, "latin", episodes=2, samples=2)
+    for which in ("demonstrated", "reinforced", "unseen"):
+        block = reach[which]
+        assert block["cases"] == 2 and block["samples"] == 2 and len(block["successes_per_case"]) == 2
+        assert block["pass_at_2"] >= block["sampled_success"] and 0 <= block["greedy_success"] <= 1
+    assert json.loads((tmp_path / REACH_FILES[False]).read_text(encoding="utf-8")) == reach

@@ -29,6 +29,20 @@ to that tool again unchanged, and how often the episode still booked. The probe'
 such repeats; this counts them over many more refusals. Writes `diagnose_refusals.json`, which `python -m cells
 results` summarises. ~2 min for cpu-learn. With `--warm-start` it plays the run's warm start instead
 (`diagnose_refusals_warm_start.json`, also summarised): whether GRPO caused a repeat or inherited it.
+
+`--dev [--episodes 300] [--warm-start]`: plays the trained model (or the warm start) greedily on development cases,
+probe-range seeds from `DEVELOPMENT_CASES_FROM` (clear of the probe's and `--refusals`' cases), stages 1-3 in
+turn, and counts success per stage and every failure by why and by the binding fact it got wrong
+(`domain.fact`). This is where training data is tuned: the held-out seeds (step 7's `eval_seeds`) only report,
+and tuning on them would inflate every figure. Writes `diagnose_dev.json` (or `diagnose_dev_warm_start.json`).
+~2 min for 300 cpu-learn episodes.
+
+`--reach [--split latin] [--episodes 60] [--samples G] [--warm-start]`: how much of a drift split's withheld sets
+sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on `--episodes` development cases of each of
+the split's reinforced and unseen sets, and of its demonstrated set for comparison (`split_cases` from
+`REACH_CASES_FROM` of the probe range), greedy success, mean sampled success and pass@G at the profile's GRPO
+temperature (G: `--samples`, default the profile's `num_generations`). The split defaults to the run's
+`drift_split`. Writes `diagnose_reach.json` (or `diagnose_reach_warm_start.json`).
 """
 
 from __future__ import annotations
@@ -358,19 +372,100 @@ def diagnose_refusals(run_dir: Path, episodes: int = 300, warm_start: bool = Fal
     """Play the exported trained model (or with `warm_start` the run's saved warm start, to tell what GRPO changed
     from what it inherited) on `refusal_cases(episodes)`; write and return `REFUSALS_FILES[warm_start]`."""
     from cells.evaluation.runner import play_greedy
-    from cells.training.warm_start import load_run_warm_start
 
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
     run_dir = Path(run_dir)
-    if warm_start:
-        profile, model, tokenizer = load_run_warm_start(run_dir)
-        model.eval()
-    else:
-        profile, model, tokenizer = load_trained(run_dir, "profile.json")
+    profile, model, tokenizer = _model_to_play(run_dir, warm_start)
     summary = refusal_summary(play_greedy(model, tokenizer, refusal_cases(episodes), profile).episodes)
     summary["model"] = "warm start" if warm_start else "trained"
     (run_dir / REFUSALS_FILES[warm_start]).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
+DEVELOPMENT_CASES_FROM = 20_000  # probe-range index of the first `--dev` case, after `--refusals`' cases
+DEV_FILES = {False: "diagnose_dev.json", True: "diagnose_dev_warm_start.json"}  # by `warm_start`
+
+
+def wrong_fact_counts(rows: Iterable[tuple[Any, Any]]) -> dict[str, int]:
+    """Over failed `(episode, rewards)` pairs with one live booking: how often each binding fact was wrong, keyed
+    `domain.fact` (most often first)."""
+    counts: Counter[str] = Counter()
+    for episode, rewards in rows:
+        for fact in wrong_slots(rewards.breakdown.get("task", {})):
+            counts[f"{episode.goal.domain}.{fact}"] += 1
+    return dict(counts.most_common())
+
+
+def development_summary(played: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """Success per stage over `(episode, rewards)` pairs, and their failures (`failure_summary`) with
+    `wrong_fact_counts`."""
+    stages = sorted({ep.stage for ep, _ in played})
+    success = {str(s): round(sum(r.r_task >= 1 for ep, r in played if ep.stage == s)
+                             / max(1, sum(ep.stage == s for ep, _ in played)), 4) for s in stages}
+    failed = [(ep, r) for ep, r in played if r.r_task < 1]
+    failures = failure_summary([failure_row(ep, r) for ep, r in failed])
+    return {"played": len(played), "success": round(sum(r.r_task >= 1 for _, r in played) / max(1, len(played)), 4),
+            "success_by_stage": success, "wrong_facts": wrong_fact_counts(failed), **failures}
+
+
+def diagnose_development(run_dir: Path, episodes: int = 300, warm_start: bool = False) -> dict[str, Any]:
+    """Play the trained model (or the run's warm start) on `episodes` development cases; write and return
+    `DEV_FILES[warm_start]`."""
+    from cells.evaluation.runner import play_greedy
+    from cells.step_08_rewards import rewards_of
+    from cells.step_20_probe import probe_cases
+
+    if episodes < 1:
+        raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
+    run_dir = Path(run_dir)
+    profile, model, tokenizer = _model_to_play(run_dir, warm_start)
+    cases = probe_cases(episodes, start=DEVELOPMENT_CASES_FROM)
+    summary = development_summary([(ep, rewards_of(ep))
+                                   for ep in play_greedy(model, tokenizer, cases, profile).episodes])
+    summary["model"] = "warm start" if warm_start else "trained"
+    (run_dir / DEV_FILES[warm_start]).write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
+                                                 encoding="utf-8")
+    return summary
+
+
+def _model_to_play(run_dir: Path, warm_start: bool) -> tuple[Any, Any, Any]:
+    """`(profile, model, tokenizer)`: the run's saved warm start, or its exported trained model."""
+    from cells.training.warm_start import load_run_warm_start
+
+    if not warm_start:
+        return load_trained(run_dir, "profile.json")
+    profile, model, tokenizer = load_run_warm_start(run_dir)
+    model.eval()
+    return profile, model, tokenizer
+
+
+REACH_CASES_FROM = 40_000  # probe-range index where `--reach` starts scanning, after `--dev`'s cases
+REACH_FILES = {False: "diagnose_reach.json", True: "diagnose_reach_warm_start.json"}  # by `warm_start`
+
+
+def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int = 60, samples: int | None = None,
+                   warm_start: bool = False) -> dict[str, Any]:
+    """`reachability` per pattern set of a drift split on development cases; write and return
+    `REACH_FILES[warm_start]`."""
+    from cells.evaluation.splits import reachability, split_cases
+    from cells.step_02_profiles import PROBE_SEEDS
+    from cells.step_06_drift import PATTERN_SETS, drift_split
+
+    if episodes < 1:
+        raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
+    run_dir = Path(run_dir)
+    profile, model, tokenizer = _model_to_play(run_dir, warm_start)
+    name = split_name or profile.drift_split
+    if not name:
+        raise DiagnoseError(f"{run_dir} was trained without a drift_split: name one with --split (e.g. latin)")
+    split = drift_split(name)
+    g = samples or profile.num_generations
+    cases = split_cases(split, episodes, PROBE_SEEDS, start=REACH_CASES_FROM)
+    summary: dict[str, Any] = {"model": "warm start" if warm_start else "trained", "split": name}
+    for which in PATTERN_SETS:
+        summary[which] = reachability(model, tokenizer, cases[which], profile, g)
+    (run_dir / REACH_FILES[warm_start]).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
 
@@ -385,15 +480,35 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--refusals", action="store_true",
                        help="what the trained model does after a refused booking call, on drifted probe-range cases "
                             "(diagnose_refusals.json)")
-    parser.add_argument("--episodes", type=int, default=300, help="cases --refusals plays (default 300)")
+    which.add_argument("--dev", action="store_true",
+                       help="success and failures (by wrong binding fact) on development cases of the probe range, "
+                            "where training data is tuned (diagnose_dev.json)")
+    which.add_argument("--reach", action="store_true",
+                       help="greedy success, sampled success and pass@G per pattern set of a drift split, on "
+                            "development cases (diagnose_reach.json)")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="cases --refusals or --dev plays (default 300), or --reach per pattern set (default 60)")
     parser.add_argument("--warm-start", action="store_true",
-                        help="with --refusals: play the run's warm start instead of the trained model "
-                             "(diagnose_refusals_warm_start.json)")
+                        help="with --refusals, --dev or --reach: play the run's warm start instead of the trained "
+                             "model (diagnose_refusals_warm_start.json, diagnose_dev_warm_start.json, ...)")
+    parser.add_argument("--split", default=None, help="with --reach: the drift split (default: the run's)")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="with --reach: G, samples per case (default: the run's num_generations)")
     args = parser.parse_args(argv)
-    if args.warm_start and not args.refusals:
-        parser.error("--warm-start goes with --refusals (the default diagnosis already plays the warm start)")
-    if args.refusals:
-        print(json.dumps(diagnose_refusals(Path(args.run_dir), args.episodes, args.warm_start), indent=1))
+    if args.warm_start and not (args.refusals or args.dev or args.reach):
+        parser.error("--warm-start goes with --refusals, --dev or --reach (the default diagnosis already plays the "
+                     "warm start)")
+    if (args.split or args.samples) and not args.reach:
+        parser.error("--split and --samples go with --reach")
+    if args.reach:
+        reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start)
+        print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)
+                          for k, v in reach.items()}, indent=1))
+    elif args.dev:
+        summary = diagnose_development(Path(args.run_dir), args.episodes or 300, args.warm_start)
+        print(json.dumps({k: v for k, v in summary.items() if k != "episodes"}, indent=1, ensure_ascii=False))
+    elif args.refusals:
+        print(json.dumps(diagnose_refusals(Path(args.run_dir), args.episodes or 300, args.warm_start), indent=1))
     elif args.probe:
         summary = diagnose_probe(Path(args.run_dir))
         print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1, ensure_ascii=False))

@@ -10,6 +10,14 @@
   conversation, and a warm start without drills got many such slots wrong (`python -m cells diagnose`). A drill is ~150 tokens and ends with that turn, so the same compute shows the mapping several
   times more often. The utterance keeps its distance to the search call, and the time line its distance to the
   utterance, as in the full prompt.
+- Booking drills (`booking_drills` per conversation, a profile knob): the start of a further fresh expert episode
+  up to and including its first booking or order call (`cells.step_04_datatypes.GOAL_WRITE_TOOLS`), behind the
+  same one-line system prompt. Why: the choice a booking carries (the first flight departing inside the user's
+  window, the class the user named, a portion per diner, the names the user gave) is made at that one turn, and
+  a warm start without these drills got those choices wrong in most of its failed development episodes under a
+  judge that binds every fact the user stated (`python -m cells diagnose --dev --warm-start`). A drill carries the
+  search result it chooses from: ~420-490 tokens by stage against ~550-750 for a full conversation, ~160-180 for
+  a search drill (cpu-learn's tokenizer, 60 seeds a stage).
 - Recovery drills (`recovery_drills` per conversation, a profile knob; the warm start asks for them in the drifted
   stages 2-3 only): a further fresh expert episode that succeeded although a booking or order call was refused
   with a list of the options still `available` (`BOOKING_WINDOW_CLOSED`, `VEHICLE_CLASS_UNAVAILABLE`,
@@ -51,13 +59,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cells.agent.chat import render_segments
 from cells.errors import DriftCallError
 from cells.progress import progress_bar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cells.step_06_drift import DriftPool
 
 IGNORE_INDEX = -100
 
@@ -80,6 +91,7 @@ class TokenizedConversation:
 
 
 DRILL_SEED_OFFSET = 50_000_000  # drills of a plan item start this far into its seed block (conversations: at 0)
+BOOKING_SEED_OFFSET = 60_000_000  # and its booking drills this far (one seed a drill, as search drills)
 RECOVERY_SEED_OFFSET = 75_000_000  # and its recovery drills this far (they scan ~15 seeds a drill)
 YEAR_TURN_SEED_OFFSET = 90_000_000  # and its year-turn drills this far (~40 seeds a drill)
 
@@ -97,10 +109,16 @@ class EpisodePlanItem:
     max_turns: int | None = None  # the profile's turn budget for the stage (None: the env's default)
     recovery_drills: float = 0.0
     year_turn_drills: float = 0.0
+    booking_drills: float = 0.0
+    drift_pool: DriftPool | None = None  # the patterns the expert's episodes draw drifts from (None: every one)
 
     @property
     def drills(self) -> int:
         return round(self.count * self.search_drills)
+
+    @property
+    def bookings(self) -> int:
+        return round(self.count * self.booking_drills)
 
     @property
     def recoveries(self) -> int:
@@ -113,7 +131,7 @@ class EpisodePlanItem:
     @property
     def examples(self) -> int:
         """Conversations plus every kind of drill."""
-        return self.count + self.drills + self.recoveries + self.year_turns
+        return self.count + self.drills + self.bookings + self.recoveries + self.year_turns
 
 
 Messages = list[dict[str, str]]
@@ -127,16 +145,34 @@ def is_search_call(text: str) -> bool:
     return parse_action(text).tool_name in GOAL_SEARCH_TOOLS.values()
 
 
-def search_drill(env: Any, seed: int) -> Messages | None:
-    """The expert's episode on `seed` up to its search call, behind a system prompt of only the caller's time;
-    None when the expert ends the episode without searching."""
+def is_booking_call(text: str) -> bool:
+    """Whether an (expert, hence valid) action text calls a domain's booking or order tool."""
+    from cells.actions import parse_action
+    from cells.step_04_datatypes import GOAL_WRITE_TOOLS
+
+    return parse_action(text).tool_name in GOAL_WRITE_TOOLS.values()
+
+
+def drill_until(env: Any, seed: int, is_last: Callable[[str], bool]) -> Messages | None:
+    """The expert's episode on `seed` up to and including its first action text that `is_last` accepts, behind a
+    system prompt of only the caller's time; None when the episode ends before such an action."""
     from cells.agent.play import conversation
     from cells.agent.policies.expert import ExpertPolicy
 
-    messages = conversation(env, ExpertPolicy(), seed, stop_after=is_search_call)
-    if not is_search_call(messages[-1]["content"]):
+    messages = conversation(env, ExpertPolicy(), seed, stop_after=is_last)
+    if not is_last(messages[-1]["content"]):
         return None
     return behind_time_line(env, messages)
+
+
+def search_drill(env: Any, seed: int) -> Messages | None:
+    """`drill_until` the expert's search call (None when it ends the episode without searching)."""
+    return drill_until(env, seed, is_search_call)
+
+
+def booking_drill(env: Any, seed: int) -> Messages | None:
+    """`drill_until` the expert's first booking or order call (None when it books nothing)."""
+    return drill_until(env, seed, is_booking_call)
 
 
 YEAR_TURN_SEEDS_PER = 60  # seeds scanned per year-turn drill at most (~40 needed: 2.5% of goals cross the year)
@@ -197,18 +233,20 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
     from cells.agent.play import collect_expert, successful_conversation
     from cells.step_10_env import DriftCallEnv
 
-    env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns)
+    env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns, drift_pool=item.drift_pool)
     convs = collect_expert(item.count, item.seed, lambda seed: successful_conversation(env, seed, min_reward),
                            on_found=bar.update)
     drills = collect_expert(item.drills, item.seed + DRILL_SEED_OFFSET, lambda seed: search_drill(env, seed),
                             what="drills", on_found=bar.update)
+    bookings = collect_expert(item.bookings, item.seed + BOOKING_SEED_OFFSET, lambda seed: booking_drill(env, seed),
+                              what="booking drills", on_found=bar.update)
     recoveries = collect_expert(item.recoveries, item.seed + RECOVERY_SEED_OFFSET,
                                 lambda seed: recovery_drill(env, seed, min_reward), what="recovery drills",
                                 on_found=bar.update, seeds_per_result=CHOICE_DRILL_SEEDS_PER)
     year_turns = collect_expert(item.year_turns, item.seed + YEAR_TURN_SEED_OFFSET,
                                 lambda seed: year_turn_drill(env, seed), what="year-turn drills",
                                 on_found=bar.update, seeds_per_result=YEAR_TURN_SEEDS_PER)
-    groups = (convs, drills, recoveries, year_turns)
+    groups = (convs, drills, bookings, recoveries, year_turns)
     keyed = [((i + 0.5) / len(group), m) for group in groups for i, m in enumerate(group)]
     return [m for _, m in sorted(keyed, key=lambda pair: pair[0])]
 

@@ -233,6 +233,7 @@ def sft_warm_start(
     saved = output_dir / ("model" if full else "adapter")
     if trainer.is_world_process_zero():  # several processes hold the same weights: one writes them
         trainer.model.save_pretrained(str(saved))
+        tokenizer.save_pretrained(str(saved))  # the ids it was trained on: `load_run_warm_start` reads them back
     trainer.accelerator.wait_for_everyone()
     losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     return WarmStartResult(saved, len(dataset), collator.tokens, collator.labelled, trainer.state.global_step, losses,
@@ -241,9 +242,13 @@ def sft_warm_start(
 
 def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
     """`(profile, model, tokenizer)`: the profile a finished CPU run used, its saved full warm start
-    (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need)."""
+    (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need): the one saved with the
+    model, else the export's (step 24), else the tiny cache's. Why in that order: the tiny tokenizer is trained on
+    the project's own text and cached by its digest, so a fixture edited after the run (a drift, a phrase) builds
+    a different tokenizer, and a warm start fed other ids plays as a broken model (a control trained that way
+    scored 37% against the warm start's 91%)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cells.modeling.tiny import build_or_load_tiny
     from cells.step_02_profiles import load_run_profile
@@ -252,6 +257,11 @@ def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
     model_dir = Path(run_dir) / "training" / "warm_start" / "model"
     if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file():
         raise WarmStartError(f"{run_dir} has no full warm start (CPU profiles only; run the pipeline first)")
-    _, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
+    saved = next((d for d in (model_dir, Path(run_dir) / "export" / "tokenizer") if (d / "tokenizer.json").is_file()),
+                 None)
+    if saved is not None:
+        tokenizer = AutoTokenizer.from_pretrained(str(saved))
+    else:  # a run from before warm starts kept their tokenizer, without an export
+        _, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
     tokenizer.padding_side = "left"
     return profile, AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), tokenizer

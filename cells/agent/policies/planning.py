@@ -6,8 +6,12 @@ Why the first listed, not the cheapest: the judge scores the booking against wha
 model must imitate in the warm start. "Scan the list, take the first that fits" is a rule a sub-1M-
 parameter model learns from examples; an argmin over 5-8 prices is not (a cheapest-choice
 expert left the warm-started cpu-learn model inventing flight ids that blend several listed ones).
-Dishes follow the same rule (the first allowed ones on the menu). When nothing fits the budget, the
-cheapest fitting option is the fallback the expert asks the user about.
+Dishes follow the same rule: the whole order is the first allowed dish on the menu, one portion per diner
+(the party size, or the stated item count when larger), more portions only to reach a minimum order. Why one
+dish: the portion count is then a number the user said, copied; an order spread round-robin over three dishes
+(2 + 2 + 1 for five) made the warm-started tiny model add up, and it fell a portion short in a third of its
+failed development episodes once the judge bound the party size (`python -m cells diagnose --dev`). When
+nothing fits the budget, the cheapest fitting option is the fallback the expert asks the user about.
 
 Prices are read from whichever price field the result carries (`price`, `total_fare_inr`,
 `fare_inr`, `total_inr`, or the sum of a `fare_breakdown`), so a renamed field does not blind the
@@ -96,7 +100,7 @@ def _diet_allowed(goal: GoalReader) -> tuple[str, ...]:
 
 def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: int | None, fee: int,
                        trust_filter: bool = False) -> list[Option]:
-    """Per restaurant: an order of its first (up to 3) allowed dishes reaching the item count and minimum order."""
+    """Per restaurant: an order of its first allowed dish, a portion per diner, raised to the minimum order."""
     allowed = _diet_allowed(goal)
     # a naive player trusts the search filter for what a filter can say (a diet); a stated rule no filter
     # expresses ("no egg") it still checks dish by dish, as it reads every other stated constraint
@@ -108,17 +112,11 @@ def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: in
                 and (trust_filter or d.get("tag") in allowed)]
         if not menu or not isinstance(place.get("restaurant_id"), str):
             continue
-        first = menu[:3]
+        dish = menu[0]
         floor = max(int(place.get("min_order_inr", 0) or 0), min_order or 0)
-        qty: dict[str, int] = {}
-        subtotal, n, i = 0, 0, 0
-        while n < want or subtotal < floor:
-            dish = first[i % len(first)]
-            qty[dish["dish_id"]] = qty.get(dish["dish_id"], 0) + 1
-            subtotal += dish["price_inr"]
-            n, i = n + 1, i + 1
-        items = [{"dish_id": d, "qty": q} for d, q in qty.items()]
-        out.append(Option(place["restaurant_id"], subtotal + fee, True,
+        n = max(want, -(-floor // dish["price_inr"]))  # ceil: the fewest portions that reach the minimum
+        items = [{"dish_id": dish["dish_id"], "qty": n}]
+        out.append(Option(place["restaurant_id"], n * dish["price_inr"] + fee, True,
                           {"restaurant_id": place["restaurant_id"], "items": items}, {"item_count": n}))
     return out
 

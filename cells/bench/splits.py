@@ -1,0 +1,147 @@
+"""`python -m cells splits --run-dir runs/cpu-rl [--per-set 100] [--split latin]`: a finished CPU run's models on
+held-out episodes stratified by drift split (what reinforcement adds where demonstrations stop).
+
+Plays, greedily, the run's warm start (`training/warm_start/model`), its trained model (`export/`, step 24) and,
+when `python -m cells control` has made one, its SFT-only control (`training/sft_control/model`) on `--per-set`
+held-out cases of each pattern set of the split (`cells.evaluation.splits.split_cases` over `EVAL_SEEDS` from
+`SPLIT_EVAL_FROM`: drifted stages 2 and 3, languages as generated; the split defaults to the run's
+`drift_split`). Reports success per set and model with a 95% interval, and paired differences (trained − warm
+start, trained − control) per set with bootstrap intervals, in `eval_splits.json`; with `--docs` also as the
+block `splits:<run>` of `docs/results.md`. A run trained without a split (the oracle, e.g. cpu-learn) can be played
+on a split's sets too, with `--split`: every set was demonstrated to it. The held-out seeds only report: choose a
+recipe on development cases (`python -m cells diagnose --reach`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cells.errors import DriftCallError
+
+SPLIT_EVAL_FROM = 50_000_000  # eval-range index where the stratified scan starts (step 7's plan hashes its seeds)
+
+
+class SplitEvalError(DriftCallError, RuntimeError):
+    """The run directory lacks a model this evaluation plays, or names no split."""
+
+
+def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
+    """The run's profile and {name: (model, tokenizer)}: warm start, trained and, if present, the SFT control."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cells.step_24_export import load_export
+    from cells.training.warm_start import load_run_warm_start
+
+    if not (run_dir / "export").is_dir():
+        raise SplitEvalError(f"{run_dir / 'export'} is missing: run the pipeline through step 24 first")
+    profile, warm, tokenizer = load_run_warm_start(run_dir)
+    trained, trained_tok = load_export(run_dir / "export")
+    trained_tok.padding_side = "left"
+    models = {"warm_start": (warm, tokenizer), "trained": (trained, trained_tok)}
+    control = run_dir / "training" / "sft_control" / "model"
+    if (control / "model.safetensors").is_file():
+        models["sft_control"] = (AutoModelForCausalLM.from_pretrained(str(control), dtype=torch.float32), tokenizer)
+    for model, _ in models.values():
+        model.eval()
+    return profile, models
+
+
+def set_table(records: dict[str, list[Any]], profile: Any) -> dict[str, Any]:
+    """Per model, success with its 95% interval; paired success differences of the trained model against each
+    other model (bootstrap interval, permutation p)."""
+    from cells.evaluation import stats
+
+    kw = {"resamples": profile.bootstrap_resamples, "seed": profile.seed}
+    out: dict[str, Any] = {"success": {name: stats.success_ci([r.success for r in recs]).to_dict()
+                                       for name, recs in records.items()}}
+    out["paired"] = {f"trained - {name}": stats.paired_difference(recs, records["trained"], metric="success", **kw)
+                     for name, recs in records.items() if name != "trained"}
+    return out
+
+
+def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = None) -> dict[str, Any]:
+    """Play the run's models on `per_set` held-out cases per pattern set; write and return `eval_splits.json`."""
+    from cells.evaluation.runner import make_spec, run_model
+    from cells.evaluation.splits import episode_set, split_cases
+    from cells.step_02_profiles import EVAL_SEEDS
+    from cells.step_06_drift import PATTERN_SETS, drift_split
+
+    if per_set < 1:
+        raise SplitEvalError(f"--per-set must be >= 1, got {per_set}")
+    run_dir = Path(run_dir)
+    profile, models = run_models(run_dir)
+    name = split_name or profile.drift_split
+    if not name:
+        raise SplitEvalError(f"{run_dir} was trained without a drift_split: name one with --split (e.g. latin)")
+    split = drift_split(name)
+    cases = split_cases(split, per_set, EVAL_SEEDS, start=SPLIT_EVAL_FROM)
+    out: dict[str, Any] = {"run": run_dir.name, "split": name, "trained_with_split": profile.drift_split or None,
+                           "per_set": per_set, "sets": {}}
+    for which in PATTERN_SETS:
+        spec = make_spec(profile, cases[which], sampled_trials=0)
+        records = {m: run_model(m, model, tok, spec.cases, spec, greedy=True, trial=0)
+                   for m, (model, tok) in models.items()}
+        fired_here = [episode_set(split, r.drift_patterns) == which for r in records["trained"]]
+        out["sets"][which] = {**set_table(records, profile),
+                              "fired_in_set": round(sum(fired_here) / max(1, len(fired_here)), 4)}
+        print(f"[splits] {which}: " + "; ".join(f"{m} {v['value']:.1%}" for m, v in
+                                                 out["sets"][which]["success"].items()))
+    (run_dir / "eval_splits.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+MODEL_WORDS = {"warm_start": "warm start", "trained": "after GRPO", "sft_control": "SFT-only control"}
+
+
+def _pct(estimate: dict[str, Any], signed: bool = False) -> str:
+    value, low, high = (100 * estimate[k] for k in ("value", "low", "high"))
+    sign = "+" if signed else ""
+    return f"{value:{sign}.1f}% [{low:{sign}.1f}, {high:{sign}.1f}]"
+
+
+def splits_markdown(result: dict[str, Any]) -> str:
+    """`eval_splits.json` as markdown: success per pattern set and model, then the paired differences."""
+    sets = result["sets"]
+    models = list(next(iter(sets.values()))["success"])
+    lines = [f"Drift split `{result['split']}`; run trained with "
+             f"{'that split' if result['trained_with_split'] else 'every pattern demonstrated (the oracle)'}; "
+             f"{result['per_set']} held-out drifted episodes per pattern set, greedy (95% intervals).", "",
+             "| pattern set | " + " | ".join(MODEL_WORDS.get(m, m) for m in models) + " |",
+             "|---|" + "---|" * len(models)]
+    for which, block in sets.items():
+        lines.append(f"| {which} | " + " | ".join(_pct(block["success"][m]) for m in models) + " |")
+    pairs = list(next(iter(sets.values()))["paired"])
+    lines += ["", "Paired differences in success (same episodes, bootstrap 95% interval):", "",
+              "| pattern set | " + " | ".join(pairs) + " |", "|---|" + "---|" * len(pairs)]
+    for which, block in sets.items():
+        lines.append(f"| {which} | " + " | ".join(_pct(block["paired"][p]["diff"], signed=True) for p in pairs) + " |")
+    return "\n".join(lines).replace("trained - warm_start", "GRPO − warm start").replace(
+        "trained - sft_control", "GRPO − SFT-only control")
+
+
+def write_docs(result: dict[str, Any], run_dir: Path, docs: Path = Path("docs/results.md")) -> Path:
+    """Rewrite (or append) the block `splits:<run>` of `docs` with `splits_markdown`."""
+    from cells.evaluation.docblocks import render, write_block
+
+    command = f"python -m cells splits --run-dir {run_dir} --per-set {result['per_set']} --split {result['split']}"
+    block = render(f"splits:{result['run']}", "python -m cells splits --docs", splits_markdown(result),
+                   run_command=command + " --docs")
+    return write_block(docs, f"splits:{result['run']}", block)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cells splits", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", default="runs/cpu-rl")
+    parser.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
+    parser.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
+    parser.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
+    args = parser.parse_args(argv)
+    result = evaluate_split(Path(args.run_dir), args.per_set, args.split)
+    print(splits_markdown(result))
+    if args.docs:
+        print(f"wrote {write_docs(result, Path(args.run_dir))}")
+    return 0

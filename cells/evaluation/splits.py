@@ -1,0 +1,104 @@
+"""Evaluation by drift split: which pattern set an episode's drifts belong to, case plans stratified by it, and
+how often sampling reaches a success on each set (pass@G).
+
+- `episode_set(split, pattern_ids)`: the set an episode counts in, from the patterns its schedule holds (or that
+  fired): "unseen" when any is unseen, else "reinforced" when any is reinforced, else "demonstrated"; None
+  without a drift. Why the precedence: an episode with one withheld pattern measures the withheld recovery, since
+  the demonstrated one beside it is what the warm start already does.
+- `split_cases(split, per_set, seeds, start)`: drifted cases (stages 2 and 3 in turn, languages as generated)
+  from a seed range, scanned from index `start` and kept until each set has `per_set`. Development ranges
+  (`PROBE_SEEDS` past the probe's and `diagnose`'s cases) choose the recipe; the held-out `EVAL_SEEDS` only
+  report. A case's set comes from its full-catalogue schedule, the one evaluation plays (`env_for_case`).
+- `reachability(model, tokenizer, cases, profile, samples)`: greedy success, mean sampled success and pass@G
+  (a success in at least one of G samples at the profile's GRPO temperature) over cases: what GRPO can reinforce
+  at all. GRPO reweights what the policy already samples; a case no sample solves gives a zero-variance group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cells.errors import DriftCallError
+
+SCAN_LIMIT_PER_CASE = 200  # seeds scanned per wanted case at most (the rarest set is ~5-10% of drifted seeds)
+
+
+class SplitPlanError(DriftCallError, ValueError):
+    """A stratified plan could not be filled: too few seeds of a pattern set in the scanned range."""
+
+
+def episode_set(split: Any, pattern_ids: Iterable[str]) -> str | None:
+    """The pattern set an episode with these drifts counts in (see the module docstring); None without a drift."""
+    sets = {split.set_of(p) for p in pattern_ids}
+    for which in ("unseen", "reinforced", "demonstrated"):
+        if which in sets:
+            return which
+    return None
+
+
+def scheduled_set(split: Any, seed: int, stage: int, language: str) -> str | None:
+    """`episode_set` of the drifts the full catalogue schedules for `seed` at `stage` in `language`."""
+    from cells.step_06_drift import build_schedule
+    from cells.step_07_tasks import generate
+
+    goal = generate(seed=seed, stage=stage, language_weights={language: 1.0})
+    return episode_set(split, (s.pattern_id for s in build_schedule(stage, seed, goal)))
+
+
+def split_cases(split: Any, per_set: int, seeds: Any, start: int = 0, stages: tuple[int, ...] = (2, 3),
+                sets: Sequence[str] | None = None) -> dict[str, tuple[Any, ...]]:
+    """`per_set` drifted cases per pattern set (`sets`, default all three) from `seeds` (a step-2 `SeedRange`),
+    scanned from index `start`, `stages` in turn; `SplitPlanError` when the range runs dry first."""
+    from cells.evaluation.runner import EvalCase
+    from cells.step_02_profiles import LANGUAGES
+    from cells.step_06_drift import PATTERN_SETS
+    from cells.step_07_tasks import generate
+
+    wanted = tuple(sets or PATTERN_SETS)
+    found: dict[str, list[Any]] = {which: [] for which in wanted}
+    limit = SCAN_LIMIT_PER_CASE * per_set * len(wanted)
+    index = start
+    while any(len(found[w]) < per_set for w in wanted):
+        if index - start >= limit:
+            short = {w: len(found[w]) for w in wanted if len(found[w]) < per_set}
+            raise SplitPlanError(f"split {split.name!r}: after {limit} seeds of the {seeds.name} range from index "
+                                 f"{start}, too few cases {short} of {per_set} wanted per set")
+        seed, stage = seeds.seed(index), stages[(index - start) % len(stages)]
+        index += 1
+        language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
+        which = scheduled_set(split, seed, stage, language)
+        if which in found and len(found[which]) < per_set:
+            found[which].append(EvalCase(seed, stage, language))
+    return {w: tuple(found[w]) for w in wanted}
+
+
+def reachability(model: Any, tokenizer: Any, cases: Sequence[Any], profile: Any, samples: int) -> dict[str, Any]:
+    """Greedy success, mean sampled success and pass@`samples` over `cases` (sampled at the profile's GRPO
+    temperature and top-p); per case, how many samples succeeded."""
+    import dataclasses
+
+    from cells.agent.rollout import GenerationSpec, rollout_batch
+    from cells.evaluation.runner import env_for_case
+    from cells.step_08_rewards import rewards_of
+
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+
+    def successes(spec: Any) -> list[bool]:
+        result = rollout_batch([env_for_case(c, profile.turn_budgets) for c in cases], [c.seed for c in cases],
+                               model=model, tokenizer=tokenizer, generation=spec)
+        return [rewards_of(ep).r_task >= 1 for ep in result.episodes]
+
+    sampled_spec = GenerationSpec.for_profile(profile, greedy=False)
+    greedy = successes(dataclasses.replace(sampled_spec, greedy=True))
+    per_case = [0] * len(cases)
+    for _ in range(samples):
+        for i, ok in enumerate(successes(sampled_spec)):
+            per_case[i] += ok
+    n = max(1, len(cases))
+    return {"cases": len(cases), "samples": samples, "temperature": sampled_spec.temperature,
+            "greedy_success": round(sum(greedy) / n, 4),
+            "sampled_success": round(sum(per_case) / (n * samples), 4),
+            f"pass_at_{samples}": round(sum(k > 0 for k in per_case) / n, 4),
+            "successes_per_case": per_case}

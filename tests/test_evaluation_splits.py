@@ -1,0 +1,68 @@
+"""Evaluation by drift split: the set an episode counts in, stratified case plans, and the split reaching the
+env through the profile (GRPO's episodes) and the warm start's plan (its demonstrations)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cells.evaluation.splits import SplitPlanError, episode_set, scheduled_set, split_cases
+from cells.step_02_profiles import PROBE_SEEDS, SeedRange, get_profile
+from cells.step_06_drift import DriftPool, demonstration_pool, drift_split, reinforcement_pool
+
+SPLIT = drift_split("latin")
+
+
+def test_an_episode_counts_in_the_least_demonstrated_set_of_its_drifts():
+    assert episode_set(SPLIT, []) is None
+    assert episode_set(SPLIT, ["payment_scope_upgrade"]) == "demonstrated"
+    assert episode_set(SPLIT, ["payment_scope_upgrade", "cab_city_required"]) == "reinforced"
+    assert episode_set(SPLIT, ["cab_city_required", "cab_tolls_unbundled"]) == "unseen"
+    with pytest.raises(KeyError, match="no drift pattern"):
+        episode_set(SPLIT, ["no_such_drift"])
+
+
+def test_split_cases_fill_each_set_from_the_range_with_cases_whose_schedule_belongs_there():
+    cases = split_cases(SPLIT, 12, PROBE_SEEDS, start=123)
+    assert {k: len(v) for k, v in cases.items()} == {"demonstrated": 12, "reinforced": 12, "unseen": 12}
+    seeds = [c.seed for v in cases.values() for c in v]
+    assert len(set(seeds)) == 36 and all(s in PROBE_SEEDS and s >= PROBE_SEEDS.seed(123) for s in seeds)
+    for which, chosen in cases.items():
+        assert {c.stage for c in chosen} == {2, 3}
+        assert all(scheduled_set(SPLIT, c.seed, c.stage, c.language) == which for c in chosen)
+    assert split_cases(SPLIT, 12, PROBE_SEEDS, start=123) == cases  # deterministic
+    assert list(split_cases(SPLIT, 2, PROBE_SEEDS, sets=["reinforced"])) == ["reinforced"]
+    with pytest.raises(SplitPlanError, match="too few cases"):
+        split_cases(SPLIT, 5, SeedRange("tiny", 0, 1_000_000), start=0, stages=(1,))  # stage 1 has no drift
+
+
+def test_grpo_envs_draw_from_the_reinforcement_pool_and_the_warm_start_from_the_demonstrated_one():
+    from cells.step_10_env import stage_env_factories
+    from cells.step_15_train_stage1 import sft_plan_item
+
+    oracle = get_profile("cpu-smoke")
+    assert stage_env_factories(oracle)[2]().drift_pool is None and sft_plan_item(oracle, 4, 2, 1).drift_pool is None
+    profile = dataclasses.replace(oracle, drift_split="latin", grpo_reinforced_share=0.7)
+    env = stage_env_factories(profile)[3]()
+    assert env.drift_pool == reinforcement_pool(SPLIT, 0.7)
+    drawn = set()
+    for seed in range(150):
+        env.reset(seed=seed)
+        drawn |= {s.pattern_id for s in env.state.schedule}
+    assert drawn <= SPLIT.ids("demonstrated") | SPLIT.ids("reinforced") and drawn & SPLIT.ids("reinforced")
+    assert sft_plan_item(profile, 4, 2, 1).drift_pool == demonstration_pool(SPLIT)
+    with pytest.raises(ValueError, match="grpo_reinforced_share"):
+        dataclasses.replace(profile, grpo_reinforced_share=1.5)
+
+
+def test_the_plans_pool_reaches_the_experts_episodes():
+    """Only the scope upgrade allowed: every stage-2 conversation meets it (the error names the new scope)."""
+    from cells.training.sft_data import EpisodePlanItem, generate_conversations
+
+    only = DriftPool(frozenset({"payment_scope_upgrade"}))
+    item = EpisodePlanItem(2, 5, (("en", 1.0),), 0, booking_drills=0.4, drift_pool=only)
+    for conv in generate_conversations([item]):
+        if conv[0]["role"] == "system" and conv[0]["content"].startswith("Now: "):
+            continue  # a drill ends at the first booking call, before the gateway refuses it
+        assert any("AUTH_SCOPE_INSUFFICIENT" in m["content"] or "UNSUPPORTED_SCOPE" in m["content"] for m in conv)
