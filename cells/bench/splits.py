@@ -33,20 +33,17 @@ def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from cells.step_24_export import load_export
-    from cells.training.warm_start import load_run_warm_start
+    from cells.evaluation.diagnose import model_to_play
 
     if not (run_dir / "export").is_dir():
         raise SplitEvalError(f"{run_dir / 'export'} is missing: run the pipeline through step 24 first")
-    profile, warm, tokenizer = load_run_warm_start(run_dir)
-    trained, trained_tok = load_export(run_dir / "export")
-    trained_tok.padding_side = "left"
+    profile, warm, tokenizer = model_to_play(run_dir, warm_start=True)
+    _, trained, trained_tok = model_to_play(run_dir, warm_start=False)
     models = {"warm_start": (warm, tokenizer), "trained": (trained, trained_tok)}
     control = run_dir / "training" / "sft_control" / "model"
     if (control / "model.safetensors").is_file():
-        models["sft_control"] = (AutoModelForCausalLM.from_pretrained(str(control), dtype=torch.float32), tokenizer)
-    for model, _ in models.values():
-        model.eval()
+        sft_control = AutoModelForCausalLM.from_pretrained(str(control), dtype=torch.float32)
+        models["sft_control"] = (sft_control.eval(), tokenizer)
     return profile, models
 
 

@@ -376,7 +376,7 @@ def diagnose_refusals(run_dir: Path, episodes: int = 300, warm_start: bool = Fal
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
     run_dir = Path(run_dir)
-    profile, model, tokenizer = _model_to_play(run_dir, warm_start)
+    profile, model, tokenizer = model_to_play(run_dir, warm_start)
     summary = refusal_summary(play_greedy(model, tokenizer, refusal_cases(episodes), profile).episodes)
     summary["model"] = "warm start" if warm_start else "trained"
     (run_dir / REFUSALS_FILES[warm_start]).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
@@ -419,7 +419,7 @@ def diagnose_development(run_dir: Path, episodes: int = 300, warm_start: bool = 
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
     run_dir = Path(run_dir)
-    profile, model, tokenizer = _model_to_play(run_dir, warm_start)
+    profile, model, tokenizer = model_to_play(run_dir, warm_start)
     cases = probe_cases(episodes, start=DEVELOPMENT_CASES_FROM)
     summary = development_summary([(ep, rewards_of(ep))
                                    for ep in play_greedy(model, tokenizer, cases, profile).episodes])
@@ -429,7 +429,7 @@ def diagnose_development(run_dir: Path, episodes: int = 300, warm_start: bool = 
     return summary
 
 
-def _model_to_play(run_dir: Path, warm_start: bool) -> tuple[Any, Any, Any]:
+def model_to_play(run_dir: Path, warm_start: bool) -> tuple[Any, Any, Any]:
     """`(profile, model, tokenizer)`: the run's saved warm start, or its exported trained model."""
     from cells.training.warm_start import load_run_warm_start
 
@@ -455,7 +455,7 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
     run_dir = Path(run_dir)
-    profile, model, tokenizer = _model_to_play(run_dir, warm_start)
+    profile, model, tokenizer = model_to_play(run_dir, warm_start)
     name = split_name or profile.drift_split
     if not name:
         raise DiagnoseError(f"{run_dir} was trained without a drift_split: name one with --split (e.g. latin)")
