@@ -1,5 +1,5 @@
-"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | splits | diagnose | serve
-| judge | profiles`."""
+"""Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | splits
+| curve | diagnose | serve | judge | profiles`."""
 
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_control(args: argparse.Namespace) -> int:
+    if args.raft:  # control (b), built on control (a)'s module
+        from cells.bench.raft import main as raft_main
+
+        return raft_main(["--run-dir", args.run_dir])
     from cells.bench.control import main as control_main
 
     return control_main(["--run-dir", args.run_dir])
@@ -62,7 +66,15 @@ def _cmd_splits(args: argparse.Namespace) -> int:
     from cells.bench.splits import main as splits_main
 
     return splits_main(["--run-dir", args.run_dir, "--per-set", str(args.per_set)]
-                       + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else []))
+                       + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else [])
+                       + (["--pool", *args.pool] if args.pool else [])
+                       + (["--oracle", args.oracle] if args.oracle else []))
+
+
+def _cmd_curve(args: argparse.Namespace) -> int:
+    from cells.bench.curve import main as curve_main
+
+    return curve_main(args.extra)  # its flags live in its own parser: `python -m cells curve --help`
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
@@ -156,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p_results.set_defaults(func=_cmd_results)
     p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/bench/control.py)")
     p_control.add_argument("--run-dir", default="runs/cpu-learn")
+    p_control.add_argument("--raft", action="store_true", help="control (b) instead: rejection-sampling SFT on the "
+                           "model's own successful rollouts (cells/bench/raft.py)")
     p_control.set_defaults(func=_cmd_control)
     p_splits = sub.add_parser("splits", help="a finished CPU run's models on held-out episodes stratified by drift "
                                              "split: demonstrated, reinforced, unseen (cells/bench/splits.py)")
@@ -163,7 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     p_splits.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
     p_splits.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
     p_splits.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
+    p_splits.add_argument("--pool", nargs="+", metavar="RUN_DIR", default=None,
+                          help="pool these runs' saved split records over seeds, playing nothing "
+                               "(docs/results/splits_pooled.json; with --docs also the plot and docs block)")
+    p_splits.add_argument("--oracle", default=None, metavar="RUN_DIR",
+                          help="with --pool: a run with every pattern demonstrated, evaluated with --split")
     p_splits.set_defaults(func=_cmd_splits)
+    p_curve = sub.add_parser("curve", add_help=False, help="a finished CPU run's GRPO checkpoints on held-out "
+                                                           "episodes of its drift split's pattern sets (learning curve)")
+    p_curve.set_defaults(func=_cmd_curve)
     p_judge = sub.add_parser("judge", help="what success means and what each offence costs, from the declarations "
                                            "(step 7's BINDING_FACTS, step 8's PENALTY)")
     p_judge.add_argument("--docs", action="store_true", help="write them into docs/judge.md instead of printing")
@@ -189,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                          help="run the sessions' envs in N worker processes (0: on the event loop; see README)")
     p_serve.set_defaults(func=_cmd_serve)
     args, extra = parser.parse_known_args(argv)
-    if extra and getattr(args, "func", None) is not _cmd_diagnose:
+    if extra and getattr(args, "func", None) not in (_cmd_diagnose, _cmd_curve):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.extra = extra  # diagnose's own arguments, parsed by cells.evaluation.diagnose.main
+    args.extra = extra  # diagnose's and curve's own arguments, parsed by their modules' `main`
     from cells.errors import DriftCallError
 
     try:

@@ -65,6 +65,11 @@ class SeedRange:
 
 
 # The one place seed ranges are defined. Evaluation seeds are never used for training or probing.
+# Dynamic sampling's cap on replays of a zero-variance group per GRPO step (`grpo_resample_rounds`): a group still
+# without signal after a few fresh draws is a policy that solves all or none of them, and each replay costs a
+# whole group's rollout (`cells.modeling.grpo_batch.replacement_step`).
+MAX_RESAMPLE_ROUNDS = 8
+
 TRAIN_SEEDS = SeedRange("train", 0, 800_000_000)
 PROBE_SEEDS = SeedRange("probe", 800_000_000, 900_000_000)
 EVAL_SEEDS = SeedRange("eval", 900_000_000, 1_000_000_000)
@@ -168,6 +173,9 @@ class Profile:
         0.5, scope="grpo", help="with a `drift_split`: the chance each drift GRPO's episodes schedule is one of the "
                                 "split's reinforced patterns, wherever the goal admits one (step 6's "
                                 "`reinforcement_pool`)")
+    grpo_resample_rounds: int = knob(
+        0, scope="grpo", help="dynamic sampling: a group whose G rewards are all equal (no gradient) is replaced by a "
+                              "fresh episode and played again, up to this many times per step (0: off, at most 8)")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -276,6 +284,9 @@ class Profile:
         if len(self.turn_budgets) != 3 or min(self.turn_budgets) < MIN_TURN_BUDGET:
             raise ProfileError(f"profile {self.name!r}: turn_budgets needs one budget per stage (3), each >= "
                                f"{MIN_TURN_BUDGET} (token, search, book, submit), got {self.turn_budgets}")
+        if not 0 <= self.grpo_resample_rounds <= MAX_RESAMPLE_ROUNDS:
+            raise ProfileError(f"profile {self.name!r}: grpo_resample_rounds must be in [0, {MAX_RESAMPLE_ROUNDS}], "
+                               f"got {self.grpo_resample_rounds}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")
@@ -463,10 +474,12 @@ PROFILES: dict[str, Profile] = {
 }
 # cpu-learn with the `latin` drift split: the warm start sees only the demonstrated patterns, GRPO's episodes lean
 # towards the reinforced ones (the failure curriculum then picks the seeds the warm start fails, mostly those), and
-# `python -m cells splits` measures each pattern set. Everything else as cpu-learn, so the two runs compare: cpu-learn
-# is this experiment's oracle (every pattern demonstrated).
+# `python -m cells splits` measures each pattern set. Dynamic sampling: without it 38% of stage 2's groups had
+# identical rewards (seed 1234; mostly reinforced seeds no sample solved), so each such group is replaced up to twice.
+# Everything else as cpu-learn, so the two runs compare: cpu-learn is this experiment's oracle (every pattern
+# demonstrated).
 PROFILES["cpu-rl"] = dataclasses.replace(PROFILES["cpu-learn"], name="cpu-rl", drift_split="latin",
-                                         grpo_reinforced_share=0.7)
+                                         grpo_reinforced_share=0.7, grpo_resample_rounds=2)
 # cpu-smoke plus the voice boundary's evaluation (step 18): the scripted policies on one held-out seed per
 # (stage, language) with the user's lines spoken and transcribed (needs espeak-ng + requirements-voice.txt).
 PROFILES["cpu-voice"] = dataclasses.replace(PROFILES["cpu-smoke"], name="cpu-voice", voice_eval_per_cell=1)

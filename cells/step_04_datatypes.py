@@ -17,7 +17,7 @@ import copy
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from cells.datamodel.codec import (  # re-exported: callers import the data model from this step
     MAX_ABS_NUMBER,
@@ -100,41 +100,44 @@ class DriftCallAction(JsonModel):
             except ValueError:
                 allowed = [a.value for a in ActionType]
                 raise ModelValidationError(name, "action_type", f"{self.action_type!r} not in {allowed}") from None
+        # Each rule is tested before its message is formatted: every parsed turn builds an action, and formatting
+        # the messages of rules that hold was a third of this check's cost
         kind = self.action_type
-        require(isinstance(self.tool_args, Mapping), name, "tool_args",
-                 f"must be a JSON object, got {type(self.tool_args).__name__}")
-        args_problem = json_value_problem(self.tool_args)
-        require(args_problem is None, name, "tool_args", f"{args_problem}")
+        if not isinstance(self.tool_args, Mapping):
+            raise ModelValidationError(name, "tool_args", f"must be a JSON object, got {type(self.tool_args).__name__}")
+        if (args_problem := json_value_problem(self.tool_args)) is not None:
+            raise ModelValidationError(name, "tool_args", args_problem)
         for text_field in ("tool_name", "message", "rationale"):
             text = getattr(self, text_field)
-            problem = text_problem(text) if isinstance(text, str) else None
-            require(problem is None, name, text_field, f"{problem}")
+            if isinstance(text, str) and (problem := text_problem(text)) is not None:
+                raise ModelValidationError(name, text_field, problem)
         if kind is ActionType.TOOL_CALL:
-            require(
-                isinstance(self.tool_name, str) and self.tool_name.count(".") == 1
-                and self.tool_name.split(".")[0] in DOMAINS,
-                name, "tool_name", f"tool_call needs 'domain.verb' with a domain in {DOMAINS}, got {self.tool_name!r}",
-            )
+            if not (isinstance(self.tool_name, str) and self.tool_name.count(".") == 1
+                    and self.tool_name.split(".")[0] in DOMAINS):
+                raise ModelValidationError(name, "tool_name", f"tool_call needs 'domain.verb' with a domain in "
+                                                              f"{DOMAINS}, got {self.tool_name!r}")
         elif kind is ActionType.PROBE_SCHEMA:
-            require(self.tool_name in DOMAINS, name, "tool_name",
-                     f"probe_schema needs a bare domain in {DOMAINS}, got {self.tool_name!r}")
-        else:
-            require(self.tool_name is None and not self.tool_args, name, "tool_name",
-                     f"{kind.value} takes no tool_name/tool_args")
-        if kind in (ActionType.SPEAK, ActionType.CLARIFY):
-            require(isinstance(self.message, str) and self.message.strip() != "", name, "message",
-                     f"{kind.value} needs a non-empty message")
+            if self.tool_name not in DOMAINS:
+                raise ModelValidationError(name, "tool_name",
+                                           f"probe_schema needs a bare domain in {DOMAINS}, got {self.tool_name!r}")
+        elif not (self.tool_name is None and not self.tool_args):
+            raise ModelValidationError(name, "tool_name", f"{kind.value} takes no tool_name/tool_args")
+        if kind in (ActionType.SPEAK, ActionType.CLARIFY) and not (
+                isinstance(self.message, str) and self.message.strip() != ""):
+            raise ModelValidationError(name, "message", f"{kind.value} needs a non-empty message")
         if kind is ActionType.SUBMIT:
             c = self.confidence
-            require(isinstance(c, (int, float)) and not isinstance(c, bool) and 0.0 <= c <= 1.0, name, "confidence",
-                    f"submit needs a confidence in [0, 1], got {c!r}")
-            object.__setattr__(self, "confidence", float(cast(float, c)))  # a number: `require` passed
-        else:
-            require(self.confidence is None, name, "confidence", "only submit carries a confidence")
-        require(self.message is None or isinstance(self.message, str), name, "message", "must be a string")
-        require(self.rationale is None or (isinstance(self.rationale, str)
-                 and len(self.rationale) <= RATIONALE_MAX_CHARS), name, "rationale",
-                 f"must be a string of at most {RATIONALE_MAX_CHARS} characters")
+            if not (isinstance(c, (int, float)) and not isinstance(c, bool) and 0.0 <= c <= 1.0):
+                raise ModelValidationError(name, "confidence", f"submit needs a confidence in [0, 1], got {c!r}")
+            object.__setattr__(self, "confidence", float(c))
+        elif self.confidence is not None:
+            raise ModelValidationError(name, "confidence", "only submit carries a confidence")
+        if not (self.message is None or isinstance(self.message, str)):
+            raise ModelValidationError(name, "message", "must be a string")
+        if not (self.rationale is None or (isinstance(self.rationale, str)
+                                           and len(self.rationale) <= RATIONALE_MAX_CHARS)):
+            raise ModelValidationError(name, "rationale",
+                                       f"must be a string of at most {RATIONALE_MAX_CHARS} characters")
 
     @property
     def domain(self) -> str | None:
@@ -158,8 +161,8 @@ class ToolResult(JsonModel):
         if not isinstance(self.status, ToolStatus):
             object.__setattr__(self, "status", ToolStatus(self.status))
         require_json_mapping(self.response, "ToolResult", "response")
-        require(self.status is ToolStatus.OK or "error_code" in self.response, "ToolResult", "response",
-                 f"a {self.status.value} result must carry an error_code")
+        if not (self.status is ToolStatus.OK or "error_code" in self.response):  # the message only when it fails
+            raise ModelValidationError("ToolResult", "response", f"a {self.status.value} result must carry an error_code")
 
     @property
     def ok(self) -> bool:

@@ -176,6 +176,13 @@ class DriftSplit:
             return "reinforced"
         return "unseen" if pattern_id in self.unseen else "demonstrated"
 
+    def episode_set(self, pattern_ids: Any) -> str | None:
+        """The set an episode with these drifts counts in: "unseen" when any is unseen, else "reinforced" when any
+        is reinforced, else "demonstrated"; None without a drift. An episode with one withheld pattern measures the
+        withheld recovery, since the demonstrated one beside it is what the warm start already does."""
+        sets = {self.set_of(p) for p in pattern_ids}
+        return next((which for which in reversed(PATTERN_SETS) if which in sets), None)
+
     def ids(self, which: str) -> frozenset[str]:
         """The pattern ids of one `PATTERN_SETS` member."""
         if which not in PATTERN_SETS:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pickle
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 from cells.actions import ACTION_FORMAT_HELP, ActionParseError, parse_action
@@ -72,6 +74,34 @@ if TYPE_CHECKING:  # pragma: no cover
 STAGE_TURN_BUDGETS: dict[int, int] = dict(zip((1, 2, 3), TURN_BUDGETS, strict=True))  # env defaults; profiles may differ
 MAX_CONSECUTIVE_INVALID = 3
 DEFAULT_LANGUAGE_WEIGHTS: dict[str, float] = dict.fromkeys(LANGUAGES, 1.0)
+# Goals kept per process by `remembered_goal`: GRPO plays each seed once per generation in a row and the benches
+# replay a few hundred seeds, so a recent seed's goal is usually asked for again (~1 KB each, ~1 MB in all)
+GOAL_MEMO_SIZE = 1024
+_goal_memo: dict[tuple[Any, ...], bytes] = {}
+_goal_memo_lock = threading.Lock()
+
+
+def remembered_goal(seed: int, stage: int, language_weights: dict[str, float]) -> GoalSpec:
+    """Step 7's `generate`, remembered for the last `GOAL_MEMO_SIZE` (seed, stage, language weights): a goal is a
+    pure function of them, and drawing one was ~80% of a reset. Kept pickled: a bytes object is invisible to the
+    garbage collector (process-wide memos of live objects once made full collections scan thousands of objects
+    more: tests/test_step_10_env.py), and each episode gets its own copy (~7 us to load against ~140 us to draw).
+    The oldest entry goes first."""
+    try:
+        key = (seed, stage, tuple(sorted(language_weights.items())))
+        kept = _goal_memo.get(key)
+    except TypeError:  # unorderable or unhashable weights: generate says what is wrong with them
+        return generate(seed=seed, stage=stage, language_weights=language_weights)
+    if kept is not None:
+        goal: GoalSpec = pickle.loads(kept)
+        return goal
+    goal = generate(seed=seed, stage=stage, language_weights=language_weights)
+    kept = pickle.dumps(goal, protocol=pickle.HIGHEST_PROTOCOL)
+    with _goal_memo_lock:  # rollout threads may reset envs at once; a lookup needs no lock
+        if len(_goal_memo) >= GOAL_MEMO_SIZE:
+            del _goal_memo[next(iter(_goal_memo))]
+        _goal_memo[key] = kept
+    return goal
 
 
 def reset_tool_docs(domain: str) -> tuple[ToolDoc, ...]:
@@ -157,7 +187,7 @@ class DriftCallEnv:
         self.stage = stage
         self.language_weights = dict(language_weights or DEFAULT_LANGUAGE_WEIGHTS)
         self.max_turns = max_turns or STAGE_TURN_BUDGETS[stage]
-        self._goal_fn = goal_fn or generate
+        self._goal_fn = goal_fn or remembered_goal
         # step 6's `DriftPool`: the patterns schedules draw from (a split's demonstrated ones for the warm start's
         # data, demonstrated and reinforced for GRPO); None: the whole catalogue
         self.drift_pool = drift_pool

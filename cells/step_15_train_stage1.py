@@ -115,7 +115,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
     from cells.step_13_grpo_config import build_grpo_config, reward_fn
     from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
     from cells.training.failures import stage_failure_seeds
-    from cells.training.signal import SignalReport
+    from cells.training.signal import SignalReport, pattern_set_labels
     from cells.training.stages import curriculum_max_steps
 
     config = build_grpo_config(
@@ -144,6 +144,8 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         enable_adaptive_kl=ctx.profile.adaptive_kl,
         adaptive_kl_target=ctx.profile.adaptive_kl_target,
         adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
+        resample_rounds=ctx.profile.grpo_resample_rounds,
+        group_labels=pattern_set_labels(ctx.profile),
         callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
     )
 

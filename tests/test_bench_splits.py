@@ -11,6 +11,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cells.bench import splits
+from cells.evaluation import split_pool, stats
+from cells.evaluation.records import EvalRecord, save_records_jsonl
 from cells.step_02_profiles import get_profile
 
 
@@ -45,9 +47,201 @@ def test_split_evaluation_pairs_every_model_on_each_pattern_set_and_writes_its_b
         assert all(p["n_pairs"] == 2 and p["diff"]["value"] == 0.0 for p in block["paired"].values())  # same weights
         assert 0.0 <= block["fired_in_set"] <= 1.0
     assert json.loads((run / "eval_splits.json").read_text()) == result
+    saved = split_pool.load_split_run(run)  # what `--pool` reads: every episode, tagged with its set and model
+    assert (saved.split, saved.per_set, saved.seed) == ("latin", 2, profile.seed)
+    assert {w: sorted(m) for w, m in saved.records.items()} == dict.fromkeys(result["sets"], sorted(
+        ["sft_control", "trained", "warm_start"]))
+    assert all(len(recs) == 2 for models in saved.records.values() for recs in models.values())
+    for block in result["sets"].values():
+        assert set(block["calibration"]["trained"]) == {"n", "ece", "brier"} and block["turns"]["trained"]["n"] == 2
+        assert sum(g["n"] for g in block["by_language"]["warm_start"].values()) == 2
     docs = splits.write_docs(result, run, tmp_path / "results.md")
     text = docs.read_text()
     assert "<!-- splits:cpu-rl:begin" in text and "| reinforced |" in text and "GRPO − warm start" in text
     (run / "profile.json").write_text(json.dumps(dataclasses.asdict(get_profile("cpu-learn"))))  # the oracle
     with pytest.raises(splits.SplitEvalError, match="without a drift_split"):
         splits.evaluate_split(run, per_set=2)
+
+
+# --- pooling saved split records over training seeds (no model: records are plain data) ---------------------
+
+SETS = ("demonstrated", "reinforced", "unseen")
+LANGS = ("hi", "ta", "kn", "en", "hinglish")
+
+
+def _cases(n, offset=0):
+    return [(1000 + offset + i, 2 + i % 2, LANGS[i % len(LANGS)]) for i in range(n)]
+
+
+def _rec(policy, case, success, confidence=0.5, kinds=("schema",), turns=6):
+    seed, stage, language = case
+    return EvalRecord(policy=policy, seed=seed, stage=stage, language=language, trial=0, success=success,
+                      reward=1.0 if success else 0.0, r_task=1.0 if success else 0.0,
+                      r_drift=0.0 if kinds else None, r_constraints=0.0, r_format=0.0, r_penalty=0.0,
+                      confidence=confidence, parse_failures=0, turns_used=turns,
+                      drift_patterns=tuple(f"p_{k}" for k in kinds), drift_kinds=kinds,
+                      drift_latencies=(None,) * len(kinds))
+
+
+def _write_run(root, name, seed, outcomes, cases, split="latin", trained_with="latin", confidence=None):
+    """A run dir holding only what `splits` saves: eval_splits.json and records_splits.jsonl.
+    `outcomes[set][model]` lists successes in case order; `confidence[model]` maps success -> confidence."""
+    run = root / name
+    run.mkdir(parents=True)
+    meta = {"run": name, "split": split, "trained_with_split": trained_with, "per_set": len(cases), "seed": seed,
+            "records": split_pool.RECORDS_FILE, "sets": {}}
+    (run / split_pool.EVAL_FILE).write_text(json.dumps(meta))
+    conf = confidence or {}
+    records = [_rec(split_pool.tag(which, m), case, ok, conf.get(m, lambda s: 0.5)(ok),
+                    kinds=("schema",) if i % 3 else ("policy", "pricing"))
+               for which, models in outcomes.items() for m, oks in models.items()
+               for i, (case, ok) in enumerate(zip(cases, oks, strict=True))]
+    save_records_jsonl(records, run / split_pool.RECORDS_FILE)
+    return run
+
+
+def _outcomes(n, warm, trained, control=None):
+    """Per set, the first `k` cases succeed for each model (k from the fraction given per set)."""
+    def first(frac):
+        return [i < round(frac * n) for i in range(n)]
+    return {w: {"warm_start": first(warm[w]), "trained": first(trained[w]),
+                **({"sft_control": first(control[w])} if control else {})} for w in SETS}
+
+
+GOOD = {"warm": {"demonstrated": 0.9, "reinforced": 0.4, "unseen": 0.4},
+        "trained": {"demonstrated": 0.9, "reinforced": 0.6, "unseen": 0.45},
+        "control": {"demonstrated": 0.9, "reinforced": 0.45, "unseen": 0.4}}
+CALIBRATED = {"trained": lambda ok: 1.0 if ok else 0.0, "warm_start": lambda ok: 0.9, "sft_control": lambda ok: 0.9}
+
+
+def _three_runs(tmp_path, n=40, **kw):
+    out = _outcomes(n, GOOD["warm"], GOOD["trained"], GOOD["control"])
+    return [_write_run(tmp_path, f"cpu-rl{s}", 1234 + i, out, _cases(n), confidence=CALIBRATED, **kw)
+            for i, s in enumerate(("", "-s1235", "-s1236"))]
+
+
+def test_stratified_bootstrap_gives_a_constant_difference_exactly_and_keeps_each_seed_in_every_resample():
+    cases = _cases(10)
+    same = {f"s{i}": ([_rec("a", c, False) for c in cases], [_rec("b", c, True) for c in cases]) for i in range(3)}
+    res = stats.stratified_paired_difference(same, resamples=500, seed=3)
+    assert res["diff"] == {"value": 1.0, "low": 1.0, "high": 1.0, "n": 30} and res["strata"] == dict.fromkeys(same, 10)
+    # one seed all +1, one all 0: resampling within seeds can never move the pooled mean off 0.5
+    mixed = {"gain": same["s0"], "flat": ([_rec("a", c, True) for c in cases], [_rec("b", c, True) for c in cases])}
+    res = stats.stratified_paired_difference(mixed, resamples=500, seed=3)
+    assert (res["diff"]["value"], res["diff"]["low"], res["diff"]["high"]) == (0.5, 0.5, 0.5)
+    assert res["p_value"] < 0.01
+    noisy = {k: (b, [_rec("b", c, i % 3 == 0) for i, c in enumerate(cases)]) for k, (b, _) in same.items()}
+    first, again = (stats.stratified_paired_difference(noisy, resamples=300, seed=7) for _ in range(2))
+    assert first == again and first["diff"]["value"] == pytest.approx(0.4)
+    assert first["diff"]["low"] < 0.4 < first["diff"]["high"]
+
+
+def test_success_by_group_counts_an_episode_once_per_fired_kind_and_per_language():
+    cases = _cases(6)
+    recs = [_rec("m", c, i < 4, kinds=("schema", "pricing") if i % 2 else ("schema",)) for i, c in enumerate(cases)]
+    by_kind = stats.success_by_group(recs, "drift_kind")
+    assert by_kind == {"pricing": {"n": 3, "successes": 2, "rate": 2 / 3}, "schema": {"n": 6, "successes": 4,
+                                                                                     "rate": 4 / 6}}
+    by_lang = stats.success_by_group(recs, "language")
+    assert sum(v["n"] for v in by_lang.values()) == 6 and by_lang["hi"] == {"n": 2, "successes": 1, "rate": 0.5}
+    assert stats.turns_per_success(recs) == {"n": 6, "successes": 4, "turns_per_success": 9.0,
+                                             "mean_turns_success": 6.0}
+    table = splits.set_table({"warm_start": recs, "trained": recs}, get_profile("cpu-rl"))
+    assert table["by_kind"]["trained"] == by_kind and table["by_language"]["warm_start"] == by_lang
+    assert set(table["calibration"]["trained"]) == {"n", "ece", "brier"}
+
+
+def test_pool_over_seeds_reads_records_pairs_within_seeds_and_writes_json(tmp_path):
+    runs = _three_runs(tmp_path / "runs")
+    oracle = _write_run(tmp_path / "runs", "cpu-learn", 1234, _outcomes(40, *(dict.fromkeys(SETS, 0.95),) * 2),
+                        _cases(40), trained_with=None)
+    pooled = splits.pool_splits(runs, oracle, out=tmp_path / "pooled.json")
+    assert json.loads((tmp_path / "pooled.json").read_text()) == pooled
+    rein = pooled["sets"]["reinforced"]
+    assert rein["success"]["trained"]["pooled"]["n"] == 120 and set(rein["success"]["trained"]["per_run"]) == {
+        "cpu-rl", "cpu-rl-s1235", "cpu-rl-s1236"}
+    gain = rein["paired"]["trained - warm_start"]
+    assert gain["pooled"]["diff"]["value"] == pytest.approx(0.2) and gain["pooled"]["strata"] == dict.fromkeys(
+        ["cpu-rl", "cpu-rl-s1235", "cpu-rl-s1236"], 40)
+    assert all(v["diff"]["value"] == pytest.approx(0.2) for v in gain["per_run"].values())
+    assert 0 < gain["pooled"]["diff"]["low"] < 0.2 < gain["pooled"]["diff"]["high"]
+    assert pooled["oracle"]["paired"] and rein["oracle"]["trained"]["value"] == 0.95
+    assert rein["oracle_paired"]["oracle trained - trained"]["diff"]["value"] == pytest.approx(0.35)
+    cal = pooled["calibration_withheld"]
+    assert cal["sets"] == ["reinforced", "unseen"] and cal["pooled"]["trained"]["ece"] == 0.0
+    assert cal["pooled"]["warm_start"]["n"] == 240 and cal["pooled"]["warm_start"]["ece"] > 0.4
+    assert [t["status"] for t in pooled["targets"]] == ["PASS", "PASS", "PASS", "PASS"]
+    assert pooled == splits.pool_splits(runs, oracle, out=tmp_path / "again.json")  # seeded: identical
+
+
+def test_pool_refuses_other_cases_other_splits_and_runs_without_records(tmp_path):
+    runs = _three_runs(tmp_path / "runs")
+    out = _outcomes(40, GOOD["warm"], GOOD["trained"])
+    other = _write_run(tmp_path / "runs", "cpu-rl-s9", 9, out, _cases(40, offset=1))
+    with pytest.raises(split_pool.CaseListMismatchError, match="different demonstrated cases"):
+        splits.pool_splits([*runs[:2], other], out=tmp_path / "p.json")
+    mixed = _write_run(tmp_path / "runs", "cpu-rl-x", 9, out, _cases(40), split="other", trained_with="other")
+    with pytest.raises(split_pool.SplitMismatchError, match="split 'other'"):
+        splits.pool_splits([runs[0], mixed], out=tmp_path / "p.json")
+    with pytest.raises(split_pool.SplitMismatchError, match="--oracle"):
+        splits.pool_splits(runs, runs[1], out=tmp_path / "p.json")  # a split-trained run is no oracle
+    (runs[2] / split_pool.RECORDS_FILE).unlink()
+    with pytest.raises(split_pool.MissingSplitRecordsError,
+                       match=r"python -m cells splits --run-dir .*cpu-rl-s1236 --per-set 40 --split latin"):
+        splits.pool_splits(runs, out=tmp_path / "p.json")
+    assert not (tmp_path / "p.json").exists()
+
+
+def _pooled_for_targets(diffs, per_seed, ece_after=0.03, ece_before=0.1):
+    """A minimal pooled result: `diffs[(set, pair)]` = (value, low) pooled, per seed the same value each."""
+    sets: dict = {w: {"paired": {}} for w in SETS}
+    for (which, pair), (value, low) in diffs.items():
+        sets[which]["paired"][pair] = {"pooled": {"diff": {"value": value, "low": low, "high": value + 0.1}},
+                                       "per_run": {f"r{i}": {"diff": {"value": v}} for i, v in enumerate(per_seed)}}
+    return {"sets": sets, "calibration_withheld": {"pooled": {"trained": {"ece": ece_after},
+                                                              "warm_start": {"ece": ece_before}}}}
+
+
+@pytest.mark.parametrize(("gain", "low", "per_seed", "status"), [
+    (0.1 - 1e-12, 0.01, (0.1, 0.1, 0.1), "PASS"),  # at +10 points (a mean of 0/1 pairs lands a hair below)
+    (0.09, 0.01, (0.09, 0.09, 0.09), "MISS"),  # below
+    (0.2, 0.0, (0.2, 0.2, 0.2), "MISS"),  # CI touches 0
+    (0.2, 0.05, (0.3, 0.3, -0.01), "MISS"),  # one seed negative
+    (0.2, 0.05, (0.2, 0.2), "MISS"),  # two seeds of three
+])
+def test_reinforced_target_needs_ten_points_a_ci_above_zero_and_each_seed_positive(gain, low, per_seed, status):
+    pooled = _pooled_for_targets({("reinforced", "trained - warm_start"): (gain, low)}, per_seed)
+    rows = {t["id"]: t for t in split_pool.targets(pooled)}
+    assert rows["reinforced_vs_warm_start"]["status"] == status
+    assert rows["reinforced_vs_sft_control"]["status"] == "NO DATA"
+    assert ("2 of 3 seeds" in rows["reinforced_vs_warm_start"]["note"]) == (len(per_seed) == 2)
+
+
+@pytest.mark.parametrize(("regression", "after", "before", "statuses"), [
+    (-0.02, 0.05, 0.06, ("PASS", "PASS")),  # at both thresholds
+    (-0.03, 0.051, 0.06, ("MISS", "MISS")),  # beyond both
+    (0.0, 0.04, 0.04, ("PASS", "MISS")),  # calibrated, but no better than the warm start
+])
+def test_regression_and_calibration_targets(regression, after, before, statuses):
+    pooled = _pooled_for_targets({("demonstrated", "trained - warm_start"): (regression, -0.1),
+                                  ("reinforced", "trained - sft_control"): (0.05, 0.01)}, (0.05,) * 3, after, before)
+    rows = {t["id"]: t for t in split_pool.targets(pooled)}
+    assert (rows["demonstrated_regression"]["status"], rows["ece_withheld"]["status"]) == statuses
+    assert rows["reinforced_vs_sft_control"]["status"] == "PASS"
+
+
+def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
+    pooled = splits.pool_splits(_three_runs(tmp_path / "runs", n=20), out=tmp_path / "pooled.json")
+    docs, png = tmp_path / "docs" / "results.md", tmp_path / "docs" / "results" / "splits_pooled.png"
+    docs.parent.mkdir()
+    docs.write_text("# Results\n\nbefore\n\n<!-- splits:pooled:begin old -->\nstale\n<!-- splits:pooled:end -->\n\nafter\n")
+    splits.write_pooled_docs(pooled, docs, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    first = docs.read_text()
+    splits.write_pooled_docs(pooled, docs, png)
+    assert docs.read_text() == first and first.count("splits:pooled:begin") == 1 and "stale" not in first
+    assert first.startswith("# Results\n\nbefore\n\n<!-- splits:pooled:begin") and first.endswith("\n\nafter\n")
+    assert "![success per pattern set, pooled over seeds](results/splits_pooled.png)" in first
+    for text in ("| reinforced | +20.0% [", "GRPO − warm start", "GRPO − SFT-only control", "| reinforced | cpu-rl-s1235 |",
+                 "| reinforced · pricing |", "| unseen · hinglish |", "| PASS |", "--pool", "ECE pooled"):
+        assert text in first, text

@@ -28,6 +28,8 @@ def test_ratio_is_seconds_per_generated_token_ours_over_plain_trl():
     assert _bench(model_tokens_per_step=2400.0).ratio_per_generated_token == pytest.approx(0.75)
     lines = "\n".join(_bench(decode_steps_per_step=288.0, floor_decode_steps_per_step=124.0).lines())
     assert "288   (plain TRL: 124)" in lines
+    assert "GRPO steps per minute:                       2.0   (rollout: 40% of a step" in "\n".join(
+        _bench(rollout_share=0.4).lines())
     unmerged = "\n".join(_bench(rollout_unmerged_tokens_per_s=150.0, grpo_unmerged_seconds_per_step=36.0).lines())
     assert "200   (LoRA merged for play; unmerged: 150 tokens/s, 36.0 s/step)" in unmerged
     assert "6,000" in lines and "x2.00" in lines and "x1.50 (target <= 1.5)" in lines
@@ -78,7 +80,7 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
     class Trainer:  # what bench_grpo reads of a trainer: args, train(), the logged rollout figures
         args = SimpleNamespace(save_strategy="steps", disable_tqdm=False)
         state = SimpleNamespace(log_history=[{"rollout/tokens_per_s": 500.0, "rollout/model_tokens_mean": 100.0,
-                                              "rollout/decode_steps": 240.0}])
+                                              "rollout/decode_steps": 240.0, "rollout/seconds": 4.0}])
 
         def train(self):
             return None
@@ -90,10 +92,13 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
     monkeypatch.setattr(step_15_train_stage1, "build_stage_trainer", builder)
     ctx = make_context("cpu-learn", tmp_path)  # two groups of 8 a step, failure curriculum on
     assert ctx.profile.prompts_per_step == 2 and ctx.profile.grpo_failure_candidates > 0
-    _, rate, tokens, decode_steps = bench_grpo(ctx, steps=1)
+    clock = iter([100.0, 110.0])  # the step takes 10 s on this clock
+    monkeypatch.setattr("cells.bench.train.time.perf_counter", lambda: next(clock))
+    seconds, rate, tokens, decode_steps, rollout_share = bench_grpo(ctx, steps=1)
     assert seen["candidates"] == 0  # the greedy mining before step 1 is not a step's cost
     assert rate == 500.0 and tokens == 100.0 * 8 * 2  # per-episode mean times every episode of the step
     assert decode_steps == 240.0
+    assert seconds == 10.0 and rollout_share == pytest.approx(0.4)  # 4 of the step's 10 s were play
 
 
 def test_a_saved_model_is_played_only_with_the_profiles_vocabulary(tmp_path):

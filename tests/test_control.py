@@ -16,11 +16,13 @@ from cells.training.metrics import COLUMNS
 from cells.training.sft_data import WarmStartError
 
 
-def _metrics_csv(path, step_times):
+def _metrics_csv(path, step_times, stages=None, resampled=None):
     header = ",".join(COLUMNS)
     rows = []
     for i, t in enumerate(step_times, 1):
-        values = {"stage": "1", "step": str(i), "extra": json.dumps({"step_time": t}).replace('"', '""')}
+        extra = {"step_time": t, **({"groups/resampled": resampled[i - 1]} if resampled else {})}
+        values = {"stage": str(stages[i - 1] if stages else 1), "step": str(i),
+                  "extra": json.dumps(extra).replace('"', '""')}
         rows.append(",".join(f'"{values[c]}"' if c == "extra" else values.get(c, "") for c in COLUMNS))
     path.write_text("\n".join([header, *rows]) + "\n")
 
@@ -84,9 +86,9 @@ def test_refuses_a_run_without_a_full_warm_start(tmp_path):
         control.run_control(tmp_path)
 
 
-@pytest.mark.slow
-def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
-    """A miniature finished run (cpu-smoke model, 2 held-out cases, one 2-second GRPO step), then the control."""
+def _finished_run(tmp_path, step_times=(2.0,)):
+    """A miniature finished run (cpu-smoke model, 2 held-out cases, GRPO steps of `step_times` seconds in stage 1);
+    returns the run dir and its evaluation cases."""
     from cells.evaluation.records import save_records_jsonl
     from cells.evaluation.report import save_report_json
     from cells.evaluation.runner import EvalCase, evaluate, make_spec, report_for
@@ -103,7 +105,7 @@ def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     (run / "training" / "warm_start" / "warm_start.json").write_text(json.dumps(
         {"training": {"examples": 100, "tokens": 40_000, "trained_tokens": 5_000, "steps": 13, "seconds": 8.0,
                       "tokens_per_s": 5_000.0}}))
-    _metrics_csv(run / "training" / "metrics.csv", [2.0])  # 2 s of GRPO at 5,000 tok/s -> a 10,000-token budget
+    _metrics_csv(run / "training" / "metrics.csv", list(step_times))
     cases = tuple(EvalCase(s, 1, "en") for s in eval_seeds(2, 1, "en"))
     spec = make_spec(profile, cases)
     for name, file in (("baseline", "baseline"), ("trained", "final")):
@@ -112,6 +114,14 @@ def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
         report["eval_spec"] = spec.to_dict()
         save_report_json(report, run / f"eval_{file}.json")
         save_records_jsonl(greedy, run / f"records_{file}.jsonl")
+    return run, cases
+
+
+@pytest.mark.slow
+def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
+    """A miniature finished run (cpu-smoke model, 2 held-out cases, one 2-second GRPO step), then the control."""
+    profile = get_profile("cpu-smoke")
+    run, cases = _finished_run(tmp_path)  # 2 s of GRPO at 5,000 tok/s -> a 10,000-token budget
 
     out = control.run_control(run)
 
@@ -144,3 +154,190 @@ def test_a_runs_warm_start_is_read_with_the_tokenizer_it_was_trained_on(tmp_path
     assert now.get_vocab() != trained_with.get_vocab()
     _, _, tokenizer = load_run_warm_start(run)
     assert tokenizer.get_vocab() == trained_with.get_vocab() and tokenizer.padding_side == "left"
+
+
+# --- control (b): rejection-sampling SFT on the model's own successes (cells/bench/raft.py) ---
+
+
+def test_raft_example_labels_exactly_the_models_own_tokens():
+    from cells.agent.rollout import TrajectoryTokens
+    from cells.bench.raft import raft_example
+
+    traj = TrajectoryTokens(prompt_ids=(1, 2, 3), completion_ids=(4, 5, 6, 7, 8), assistant_mask=(1, 1, 0, 0, 1),
+                            turn_spans=((0, 2), (4, 5)), text="")
+    example = raft_example(traj)
+    assert example["input_ids"] == [1, 2, 3, 4, 5, 6, 7, 8] and example["length"] == 8
+    assert example["labels"] == [-100, -100, -100, 4, 5, -100, -100, 8]  # prompt and inserted tokens masked
+
+
+def _played(tmp_path, policy_cls, seeds=(11, 12)):
+    """Stage-1 episodes played by one scripted policy per seed, as tokens of the cpu-smoke tokenizer."""
+    from cells.agent.policies import ExpertPolicy, GoalReader
+    from cells.agent.rollout import rollout_batch
+    from cells.modeling.tiny import build_or_load_tiny
+    from cells.step_10_env import DriftCallEnv
+
+    _, tok, _ = build_or_load_tiny(get_profile("cpu-smoke").tiny, tmp_path / "tiny", 1234)
+
+    class Scripted:  # rollout_batch shares one policy object: one player per episode, keyed by its utterance
+        def __init__(self):
+            self.by_utterance = {}
+            for seed in seeds:
+                env = DriftCallEnv(1)
+                obs = env.reset(seed=seed)
+                player = policy_cls() if policy_cls is ExpertPolicy else None
+                if player is not None:
+                    player.reset(obs, GoalReader.from_goal(env.goal))
+                self.by_utterance[env.goal.seed_utterance] = player
+
+        def act(self, obs, history):
+            player = self.by_utterance[history[1]["content"]]
+            return str(player.act(obs)) if player is not None else "no idea, sorry"
+
+    result = rollout_batch([DriftCallEnv(1) for _ in seeds], list(seeds), policy=Scripted(), tokenizer=tok)
+    return result, tok
+
+
+def test_raft_keeps_only_successful_episodes_and_sft_trains_on_them(tmp_path):
+    """Expert episodes succeed, a player that only babbles fails: only the expert's become examples, and TRL's
+    SFT trains on exactly their assistant tokens."""
+    from cells.agent.policies import ExpertPolicy
+    from cells.bench import raft
+    from cells.modeling.tiny import build_or_load_tiny
+    from cells.step_08_rewards import rewards_of
+
+    good, tok = _played(tmp_path, ExpertPolicy)
+    bad, _ = _played(tmp_path, None)
+    assert all(rewards_of(e).r_task >= 1 for e in good.episodes)
+    assert all(rewards_of(e).r_task < 1 for e in bad.episodes)
+    episodes = [bad.episodes[0], good.episodes[0], bad.episodes[1], good.episodes[1]]
+    trajectories = [bad.trajectories[0], good.trajectories[0], bad.trajectories[1], good.trajectories[1]]
+    examples = raft.kept_examples(episodes, trajectories)
+    assert examples == [raft.raft_example(t) for t in good.trajectories]
+    labelled = sum(sum(1 for x in e["labels"] if x != -100) for e in examples)
+    assert labelled == sum(sum(t.assistant_mask) for t in good.trajectories) > 0
+
+    profile = get_profile("cpu-smoke")
+    model, _, _ = build_or_load_tiny(profile.tiny, tmp_path / "tiny", profile.seed)
+    before = [p.detach().clone() for p in model.parameters()]
+    result = raft.train_round(model, tok, profile, examples, tmp_path / "raft", 1e-3, seed=0)
+    assert result.steps == 1 and result.trained_tokens == labelled
+    assert any(not bool((a == b).all()) for a, b in zip(before, model.parameters(), strict=True))
+    assert (tmp_path / "raft" / "model" / "model.safetensors").is_file()
+
+
+def test_raft_rounds_stop_once_the_measured_budget_is_spent():
+    """A round starts while at least half the last round's cost is left: within half a round of the budget."""
+    from cells.bench.raft import spend
+
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def round_of(seconds):
+        def play():
+            now[0] += seconds
+        return play
+
+    assert spend(10.0, round_of(3.0), clock) == [3.0, 3.0, 3.0]  # 1 s left < 1.5: stop at 9
+    assert spend(10.5, round_of(3.0), clock) == [3.0] * 4  # 1.5 s left: one more, 12 (1.5 over, as close)
+    assert spend(2.0, round_of(5.0), clock) == [5.0]  # a positive budget plays at least one round
+    assert spend(0.0, round_of(1.0), clock) == []  # a stage GRPO never trained: none
+
+
+def test_raft_matches_grpos_seconds_per_stage_and_counts_its_episodes(tmp_path):
+    from cells.bench.raft import cosine_lr, grpo_episodes, grpo_stage_seconds
+
+    _metrics_csv(tmp_path / "m.csv", [1.0, 2.0, 3.0, 4.0], stages=[1, 2, 2, 3], resampled=[0, 1, 0, 2])
+    assert grpo_stage_seconds(tmp_path / "m.csv") == {1: 1.0, 2: 5.0, 3: 4.0}
+    assert sum(grpo_stage_seconds(tmp_path / "m.csv").values()) == control.grpo_seconds(tmp_path / "m.csv")
+    profile = dataclasses.replace(get_profile("cpu-learn"), prompts_per_step=2, num_generations=8)
+    assert grpo_episodes(tmp_path / "m.csv", profile) == (4 * 2 + 3) * 8  # resampled groups are played too
+    assert cosine_lr(1.0, 0.0, 10.0) == 1.0 and cosine_lr(1.0, 5.0, 10.0) == pytest.approx(0.5)
+    assert cosine_lr(1.0, 12.0, 10.0) == pytest.approx(0.0)
+
+
+def test_raft_seeds_lie_in_grpos_stage_blocks_past_what_grpo_plays():
+    from cells.bench.raft import RAFT_SEED_OFFSET, raft_first_seed
+
+    for stage in (1, 2, 3):
+        grpo_first = TRAIN_SEEDS.seed((stage - 1) * 100_000_000)
+        assert raft_first_seed(stage) == grpo_first + RAFT_SEED_OFFSET
+        assert raft_first_seed(stage) < TRAIN_SEEDS.seed(stage * 100_000_000)  # still inside the stage's block
+
+
+def test_control_flag_raft_routes_to_the_raft_control(monkeypatch, tmp_path):
+    from cells.__main__ import main
+    from cells.bench import raft
+
+    called = []
+    monkeypatch.setattr(raft, "run_raft", lambda run_dir: called.append(("raft", run_dir)))
+    monkeypatch.setattr(control, "run_control", lambda run_dir: called.append(("sft", run_dir)))
+    assert main(["control", "--run-dir", str(tmp_path), "--raft"]) == 0
+    assert main(["control", "--run-dir", str(tmp_path)]) == 0
+    assert called == [("raft", tmp_path), ("sft", tmp_path)]
+
+
+def test_raft_refuses_a_run_without_grpo_metrics_or_an_evaluation(tmp_path):
+    from cells.bench.raft import RaftError, run_raft
+    from cells.errors import DriftCallError
+
+    with pytest.raises(RaftError, match=r"profile\.json is missing"):
+        run_raft(tmp_path)
+    (tmp_path / "profile.json").write_text(json.dumps(dataclasses.asdict(get_profile("cpu-smoke"))))
+    with pytest.raises(RaftError, match=r"metrics\.csv is missing: the run has no GRPO steps") as err:
+        run_raft(tmp_path)
+    assert isinstance(err.value, control.ControlError) and isinstance(err.value, DriftCallError)
+    (tmp_path / "training").mkdir()
+    _metrics_csv(tmp_path / "training" / "metrics.csv", [1.0])
+    with pytest.raises(RaftError, match=r"eval_baseline\.json is missing: .*run steps 18-19"):
+        run_raft(tmp_path)
+
+
+@pytest.mark.slow
+def test_raft_samples_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
+    """The miniature finished run (one 2-second GRPO step in stage 1), then RAFT with one group a round."""
+    import math
+
+    from cells.bench.raft import raft_first_seed, run_raft
+
+    profile = get_profile("cpu-smoke")
+    run, cases = _finished_run(tmp_path)
+
+    out = run_raft(run, round_groups=1)
+
+    saved = json.loads((run / "eval_raft_control.json").read_text())
+    assert saved["eval_spec"]["cases"] == [dataclasses.asdict(c) for c in cases]  # the run's own seeds
+    tally = saved["control"]
+    assert tally["kind"] == "raft" and tally["grpo_seconds"] == pytest.approx(2.0)
+    assert tally["grpo_episodes"] == profile.prompts_per_step * profile.num_generations
+    # one round of one group: its sampling alone outlasts half of GRPO's 2 s on this untrained model
+    assert tally["rounds"] == 1 and tally["episodes"] == profile.num_generations
+    assert tally["stages"]["1"]["first_seed"] == raft_first_seed(1) and tally["seconds"] > 0
+    assert 0 <= tally["kept"] <= tally["episodes"]
+    assert out["raft_vs_warm_start"]["final_policy"] == "raft_control"
+    assert out["grpo_vs_raft"]["baseline_policy"] == "raft_control" and out["grpo_vs_raft"]["n_pairs"] == len(cases)
+    for name in ("eval_paired_raft.json", "eval_paired_grpo_vs_raft.json", "records_raft_control.jsonl"):
+        assert (run / name).is_file()
+    paired = json.loads((run / "eval_paired_raft.json").read_text())
+    assert math.isfinite(paired["metrics"]["success"]["diff"]["value"])
+    assert (run / "training" / "raft_control" / "model" / "model.safetensors").is_file()
+    assert (run / "training" / "raft_control" / "model" / "tokenizer.json").is_file()
+
+
+def test_splits_plays_the_raft_control_beside_the_others_when_it_exists(tmp_path, monkeypatch):
+    from cells.bench import splits
+    from cells.modeling.tiny import build_or_load_tiny
+
+    profile = get_profile("cpu-smoke")
+    run = tmp_path / "run"
+    (run / "export").mkdir(parents=True)
+    (run / "profile.json").write_text(json.dumps(dataclasses.asdict(profile)))
+    base, tok, _ = build_or_load_tiny(profile.tiny, run / "tiny_model", profile.seed)
+    base.save_pretrained(run / "training" / "warm_start" / "model")
+    monkeypatch.setattr("cells.step_24_export.load_export", lambda path: (base, tok))  # trained: the same weights
+    assert set(splits.run_models(run)[1]) == {"warm_start", "trained"}
+    base.save_pretrained(run / "training" / "raft_control" / "model")
+    assert set(splits.run_models(run)[1]) == {"warm_start", "trained", "raft_control"}
+    assert splits.MODEL_WORDS["raft_control"] == "RAFT control"

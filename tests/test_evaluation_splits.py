@@ -66,3 +66,15 @@ def test_the_plans_pool_reaches_the_experts_episodes():
         if conv[0]["role"] == "system" and conv[0]["content"].startswith("Now: "):
             continue  # a drill ends at the first booking call, before the gateway refuses it
         assert any("AUTH_SCOPE_INSUFFICIENT" in m["content"] or "UNSUPPORTED_SCOPE" in m["content"] for m in conv)
+
+
+def test_group_size_table_gives_unbiased_pass_at_g_and_the_share_of_all_equal_groups():
+    from cells.evaluation.splits import group_size_table
+
+    # Two cases of 4 samples: one solved twice, one never.
+    table = group_size_table([2, 0], samples=4)
+    assert set(table) == {"2", "4"}
+    # case 1: pass@2 = 1 - C(2,2)/C(4,2) = 5/6, all-equal = (C(2,2)+C(2,2))/6 = 1/3; case 2: 0 and 1
+    assert table["2"] == {"pass_at": round((5 / 6 + 0) / 2, 4), "all_same_success": round((1 / 3 + 1) / 2, 4)}
+    assert table["4"] == {"pass_at": 0.5, "all_same_success": 0.5}  # a group of all 4 draws: case 1 mixed
+    assert group_size_table([], samples=4) == {}

@@ -19,9 +19,9 @@ from cells.step_02_profiles import (
 def test_presets_exist_and_are_valid():
     assert set(PROFILES) == {"cpu-smoke", "cpu-voice", "cpu-learn", "cpu-rl", "cpu-gemma", "cpu-gemma-unsloth",
                              "colab-t4", "colab-a100"}
-    # cpu-rl is cpu-learn with a drift split, so the two runs compare
-    assert dataclasses.replace(get_profile("cpu-rl"), name="cpu-learn", drift_split="", grpo_reinforced_share=0.5) \
-        == get_profile("cpu-learn")
+    # cpu-rl is cpu-learn with a drift split (and dynamic sampling), so the two runs compare
+    assert dataclasses.replace(get_profile("cpu-rl"), name="cpu-learn", drift_split="", grpo_reinforced_share=0.5,
+                               grpo_resample_rounds=0) == get_profile("cpu-learn")
     assert get_profile("cpu-smoke").is_cpu and not get_profile("colab-t4").is_cpu
     assert get_profile("cpu-gemma").is_cpu and get_profile("cpu-gemma").model_id is not None  # pretrained, on CPU
     assert get_profile("colab-a100").num_generations == 8
@@ -150,7 +150,7 @@ def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarat
     assert GRPO_ONLY_KNOBS == knobs_in_scope("grpo") == {
         "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate", "max_grad_norm",
         "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage", "grpo_failure_candidates",
-        "grpo_reinforced_share"}
+        "grpo_reinforced_share", "grpo_resample_rounds"}
     assert sorted(SKIPPED_KNOBS) == ["language_weights"]
 
 

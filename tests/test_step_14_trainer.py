@@ -51,9 +51,10 @@ def make_trainer(cache, tmp_path, env_factory, *, prompts_per_step=1, g=4, beta=
     data = s14.EpisodeDatasetAdapter(task_gen=toy_goal, env_factory=env_factory, stage=1, stage_base_seed=10,
                                      language_weights={"en": 1.0}, tokenizer=tok)
     cls = s14.make_driftcall_grpo_trainer_cls()
+    kw.setdefault("reward_fn_driftcall", reward_fn)
     trainer = cls(model=model, args=cfg, train_dataset=data, processing_class=tok,
                   rollout_group_fn=make_rollout_group_fn(max_new_tokens_per_turn=MAX_NEW, max_episode_tokens=200),
-                  env_factory=env_factory, reward_fn_driftcall=reward_fn, **kw)
+                  env_factory=env_factory, **kw)
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop; direct compute_loss calls need it
     return trainer
 
@@ -436,6 +437,67 @@ def test_advantages_per_group_from_our_rewards(tiny_cache, tmp_path):
         t = torch.tensor(group)
         expected.extend(((t - t.mean()) / (t.std() + 1e-4)).tolist())
     assert torch.allclose(adv, torch.tensor(expected), atol=1e-5)
+
+
+def seed_recording_reward(seen):
+    def score(*, _meta, **kwargs):
+        seen.extend(int(m["episode_seed"]) for m in _meta)
+        return reward_fn(_meta=_meta, **kwargs)
+    return score
+
+
+def test_dynamic_sampling_replays_a_zero_variance_group_on_its_replacement_record(tiny_cache, tmp_path):
+    from cells.modeling.grpo_batch import GroupLabels, replacement_step
+
+    counter, seen = [0], []
+    # The first group earns 0.5 four times (no gradient); the next four episodes carry a spread.
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv([0.5] * 4 + [1.0, 0.0, 0.5, 0.0], counter),
+                           resample_rounds=2, group_labels=GroupLabels(("x", "y"), lambda episode: "x"),
+                           reward_fn_driftcall=seed_recording_reward(seen))
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(first_generation_batch(trainer))
+    replacement = trainer.episode_dataset.seed_of(replacement_step(0, 0))
+    assert seen == [trainer.episode_dataset.seed_of(0)] * 4 + [replacement] * 4 and counter[0] == 8
+    t = torch.tensor([1.0, 0.0, 0.5, 0.0])
+    assert torch.allclose(batch["advantages"], (t - t.mean()) / (t.std() + 1e-4), atol=1e-5)
+    logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    assert logged["groups/zero_std_first_frac"] == 1.0 and logged["groups/zero_std_frac"] == 0.0
+    assert logged["groups/resampled"] == 1.0 and logged["frac_reward_zero_std"] == 0.0
+    assert {k: logged[f"groups/x/{k}"] for k in ("first_n", "first_zero", "n", "zero")} == {
+        "first_n": 1.0, "first_zero": 1.0, "n": 1.0, "zero": 0.0}
+    assert logged["groups/y/first_n"] == 0.0 and logged["groups/y/n"] == 0.0
+
+
+def test_replacement_records_are_fixed_per_step_and_round_and_spread_over_a_cycled_seed_list():
+    from cells.modeling.grpo_batch import RESAMPLE_FROM, replacement_step
+
+    assert replacement_step(7, 1) == replacement_step(7, 1)  # every process, every resume
+    picks = {replacement_step(step, r) for step in range(200) for r in range(2)}
+    assert len(picks) == 400 and min(picks) >= RESAMPLE_FROM and max(picks) < s14.EpisodeDatasetAdapter.LENGTH
+    # A failure curriculum of 100 seeds (record i plays seed i mod 100): replacements are spread over the list and
+    # almost never the seed that gave no signal (an offset 100 divides would always be).
+    replayed = [replacement_step(step, 0) % 100 for step in range(100)]
+    assert len(set(replayed)) > 50 and sum(r == step for step, r in enumerate(replayed)) <= 3
+    with pytest.raises(ValueError, match="round"):
+        replacement_step(0, 8)
+
+
+def test_dynamic_sampling_stops_after_its_rounds_and_an_all_equal_step_still_trains_nothing(tiny_cache, tmp_path):
+    counter = [0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv([0.7], counter), resample_rounds=2)
+    before = lora_state(trainer.model)
+    trainer.train()
+    assert counter[0] == 12  # the group, then two replacements
+    assert all(torch.equal(before[n], after) for n, after in lora_state(trainer.model).items())
+    log = trainer.state.log_history[0]
+    assert log["groups/resampled"] == 2.0 and log["groups/zero_std_frac"] == 1.0
+
+
+def test_resample_rounds_outside_what_the_dataset_reserves_are_refused(tiny_cache, tmp_path):
+    from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS
+
+    with pytest.raises(s14.TrainerSetupError, match="resample_rounds"):
+        make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), resample_rounds=MAX_RESAMPLE_ROUNDS + 1)
 
 
 def test_step_with_reward_spread_moves_adapter(tiny_cache, tmp_path):

@@ -433,6 +433,54 @@ def test_signal_report_folds_zero_variance_groups_per_stage(capsys):
     assert "target" not in fold_signal(1, [{"groups/zero_std_frac": 1.0, "reward/mean": 0.0}]).line()
 
 
+def test_signal_report_folds_dynamic_sampling_per_pattern_set(capsys):
+    from cells.training.signal import fold_signal
+
+    def step(first, final, resampled, reinforced, demonstrated):
+        (rn, rz, rfz), (dn, dz, dfz) = reinforced, demonstrated
+        return {"groups/zero_std_frac": final, "groups/zero_std_first_frac": first, "groups/resampled": resampled,
+                "reward/mean": 0.5, "groups/reinforced/n": rn, "groups/reinforced/zero": rz,
+                "groups/reinforced/first_n": rn, "groups/reinforced/first_zero": rfz,
+                "groups/demonstrated/n": dn, "groups/demonstrated/zero": dz,
+                "groups/demonstrated/first_n": dn, "groups/demonstrated/first_zero": dfz}
+
+    # Two steps of two groups each: 3 reinforced groups (2 zero at the first draw, 1 after), 1 demonstrated.
+    signal = fold_signal(3, [step(1.0, 0.5, 2, (2, 1, 2), (0, 0, 0)), step(0.5, 0.0, 1, (1, 0, 0), (1, 0, 1))])
+    assert signal.first_zero_variance_groups == pytest.approx(0.75) and signal.resampled_groups == 3
+    assert signal.zero_variance_groups == pytest.approx(0.25)
+    reinforced, demonstrated = signal.by_set["reinforced"], signal.by_set["demonstrated"]
+    assert (reinforced.groups, reinforced.first_zero, reinforced.zero) == (3, pytest.approx(2 / 3), pytest.approx(1 / 3))
+    assert (demonstrated.groups, demonstrated.first_zero, demonstrated.zero) == (1, 1.0, 0.0)
+    assert ("[stage 3] zero-variance groups: 25% (75% at the first draw, 3 groups resampled) over 2 steps "
+            "(target <= 30%); demonstrated 0% of 1 (first draw 100%); reinforced 33% of 3 (first draw 67%)"
+            in signal.line())
+    assert signal.to_dict()["by_set"]["reinforced"]["groups"] == 3
+    plain = fold_signal(2, [{"groups/zero_std_frac": 0.5, "reward/mean": 0.1, "groups/resampled": 0.0}])
+    assert plain.first_zero_variance_groups is None and plain.by_set == {}
+
+
+def test_pattern_set_labels_name_each_group_by_its_scheduled_drifts():
+    from cells.training.signal import NO_DRIFT, pattern_set_labels
+
+    labels = pattern_set_labels(get_profile("cpu-rl"))
+    assert labels.names == ("demonstrated", "reinforced", "unseen", NO_DRIFT)
+
+    def episode(*ids):
+        return SimpleNamespace(schedule=tuple(SimpleNamespace(pattern_id=i) for i in ids))
+
+    assert labels.of(episode()) == NO_DRIFT
+    assert labels.of(episode("payment_scope_upgrade")) == "demonstrated"
+    assert labels.of(episode("payment_scope_upgrade", "cab_city_required")) == "reinforced"
+    assert pattern_set_labels(get_profile("cpu-learn")) is None
+
+
+def test_resample_rounds_past_the_trainers_reserve_are_refused_by_the_profile():
+    from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS, ProfileError
+
+    with pytest.raises(ProfileError, match="grpo_resample_rounds"):
+        dataclasses.replace(get_profile("cpu-smoke"), grpo_resample_rounds=MAX_RESAMPLE_ROUNDS + 1)
+
+
 def test_labelled_positions_loss_equals_the_models_own_loss():
     from cells.training.sft_data import RightPadCollator
     from cells.training.warm_start import labelled_positions_loss

@@ -182,3 +182,7 @@ def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes
         assert block["cases"] == 2 and block["samples"] == 2 and len(block["successes_per_case"]) == 2
         assert block["pass_at_2"] >= block["sampled_success"] and 0 <= block["greedy_success"] <= 1
     assert json.loads((tmp_path / REACH_FILES[False]).read_text(encoding="utf-8")) == reach
+    hot = diagnose_reach(tmp_path, "latin", episodes=1, samples=2, temperature=1.5)
+    assert hot["reinforced"]["temperature"] == 1.5 and (tmp_path / "diagnose_reach_t1.5.json").is_file()
+    with pytest.raises(DiagnoseError, match="--temperature"):
+        diagnose_reach(tmp_path, "latin", episodes=1, samples=2, temperature=0.0)

@@ -18,6 +18,9 @@ The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` of 
 rate (the warm start's schedule already decayed to ~0; restarting at the full peak would first undo part of
 it). Only CPU full warm-start profiles have a saved full model to continue from. Its time is the GRPO time
 plus one evaluation (~15 min for cpu-learn); it reports, whichever way the comparison comes out.
+
+`python -m cells control --raft` runs control (b) instead, rejection-sampling SFT on the model's own successes
+(`cells/bench/raft.py`, which builds on this module).
 """
 
 from __future__ import annotations
@@ -98,9 +101,6 @@ def take_token_budget(dataset: Any, budget: int, batch_size: int) -> Any:
 
 def run_control(run_dir: Path) -> dict[str, Any]:
     """Train and evaluate the control in `run_dir`; returns the two paired reports."""
-    from cells.evaluation.records import load_records_jsonl, save_records_jsonl
-    from cells.evaluation.report import compare_reports, save_report_json
-    from cells.evaluation.runner import EvalCase, evaluate, make_spec, report_for
     from cells.training.sft_data import tokenize_all
     from cells.training.warm_start import load_run_warm_start, sft_warm_start
 
@@ -127,23 +127,36 @@ def run_control(run_dir: Path) -> dict[str, Any]:
                             warmup_ratio=profile.sft_warmup_ratio)
     print(f"[control] {result.tokens:,} tokens in {result.seconds / 60:.1f} min ({result.tokens_per_s:,.0f}/s)")
 
+    record = {"grpo_seconds": seconds, "token_budget": budget, **result.to_dict()}
+    return evaluate_and_pair(run_dir, profile, model, tokenizer, "sft_control", "control", record)
+
+
+def evaluate_and_pair(run_dir: Path, profile: Any, model: Any, tokenizer: Any, name: str, short: str,
+                      record: dict[str, Any], tag: str = "control") -> dict[str, Any]:
+    """Evaluate a control model `name` on exactly the run's evaluation spec (`eval_baseline.json`'s cases and
+    decoding), write `eval_<name>.json` (with `record` under "control") and `records_<name>.jsonl`, and pair it:
+    `eval_paired_<short>.json` (control − warm start) and `eval_paired_grpo_vs_<short>.json` (trained − control).
+    Returns the two paired reports under `<short>_vs_warm_start` and `grpo_vs_<short>`."""
+    from cells.evaluation.records import load_records_jsonl, save_records_jsonl
+    from cells.evaluation.report import compare_reports, save_report_json
+    from cells.evaluation.runner import EvalCase, evaluate, make_spec, report_for
+
     stored = json.loads((run_dir / "eval_baseline.json").read_text(encoding="utf-8"))["eval_spec"]
     spec = make_spec(profile, tuple(EvalCase(**c) for c in stored["cases"]))
-    greedy, sampled = evaluate("sft_control", spec, model=model, tokenizer=tokenizer)
+    greedy, sampled = evaluate(name, spec, model=model, tokenizer=tokenizer)
     report = report_for(greedy, sampled, profile)
-    report["eval_spec"], report["control"] = spec.to_dict(), {"grpo_seconds": seconds, "token_budget": budget,
-                                                         **result.to_dict()}
-    save_report_json(report, run_dir / "eval_sft_control.json")
-    save_records_jsonl(greedy, run_dir / "records_sft_control.jsonl")
+    report["eval_spec"], report["control"] = spec.to_dict(), record
+    save_report_json(report, run_dir / f"eval_{name}.json")
+    save_records_jsonl(greedy, run_dir / f"records_{name}.jsonl")
     kw = {"bootstrap_resamples": profile.bootstrap_resamples, "seed": profile.seed}
-    out = {"control_vs_warm_start": compare_reports(load_records_jsonl(run_dir / "records_baseline.jsonl"), greedy,
-                                                    **kw),
-           "grpo_vs_control": compare_reports(greedy, load_records_jsonl(run_dir / "records_final.jsonl"), **kw)}
-    save_report_json(out["control_vs_warm_start"], run_dir / "eval_paired_control.json")
-    save_report_json(out["grpo_vs_control"], run_dir / "eval_paired_grpo_vs_control.json")
-    for name, paired in out.items():
+    out = {f"{short}_vs_warm_start": compare_reports(load_records_jsonl(run_dir / "records_baseline.jsonl"), greedy,
+                                                     **kw),
+           f"grpo_vs_{short}": compare_reports(greedy, load_records_jsonl(run_dir / "records_final.jsonl"), **kw)}
+    save_report_json(out[f"{short}_vs_warm_start"], run_dir / f"eval_paired_{short}.json")
+    save_report_json(out[f"grpo_vs_{short}"], run_dir / f"eval_paired_grpo_vs_{short}.json")
+    for key, paired in out.items():
         d = paired["metrics"]["success"]["diff"]
-        print(f"[control] {name}: success {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+        print(f"[{tag}] {key}: success {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
     return out
 
 

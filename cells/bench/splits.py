@@ -5,11 +5,20 @@ Plays, greedily, the run's warm start (`training/warm_start/model`), its trained
 when `python -m cells control` has made one, its SFT-only control (`training/sft_control/model`) on `--per-set`
 held-out cases of each pattern set of the split (`cells.evaluation.splits.split_cases` over `EVAL_SEEDS` from
 `SPLIT_EVAL_FROM`: drifted stages 2 and 3, languages as generated; the split defaults to the run's
-`drift_split`). Reports success per set and model with a 95% interval, and paired differences (trained − warm
-start, trained − control) per set with bootstrap intervals, in `eval_splits.json`; with `--docs` also as the
-block `splits:<run>` of `docs/results.md`. A run trained without a split (the oracle, e.g. cpu-learn) can be played
-on a split's sets too, with `--split`: every set was demonstrated to it. The held-out seeds only report: choose a
+`drift_split`). Reports per set and model success with a 95% interval, calibration of the submitted confidence
+(ECE, Brier), turns per success and success per drift kind and per language, and paired differences (trained −
+each other model) with bootstrap intervals, in `eval_splits.json`; every episode's record goes to
+`records_splits.jsonl` (policy `<set>/<model>`, `cells.evaluation.split_pool`); with `--docs` also the block
+`splits:<run>` of `docs/results.md`. A run trained without a split (the oracle, e.g. cpu-learn) can be played on
+a split's sets too, with `--split`: every set was demonstrated to it. The held-out seeds only report: choose a
 recipe on development cases (`python -m cells diagnose --reach`).
+
+`python -m cells splits --pool runs/cpu-rl runs/cpu-rl-s1235 runs/cpu-rl-s1236 [--oracle runs/cpu-learn]
+[--docs]` plays nothing: it pools the runs' saved records over training seeds (paired bootstrap resampling
+within each seed; `cells.evaluation.split_pool`) into `docs/results/splits_pooled.json`, refusing runs of
+another split or case list and runs without records (naming the command that makes them); with `--docs` it also
+draws `docs/results/splits_pooled.png` and writes the block `splits:pooled` of `docs/results.md` with the
+tables, the per-seed rows, calibration and the experiment's targets (`cells.evaluation.split_report`). Seconds.
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ class SplitEvalError(DriftCallError, RuntimeError):
 
 
 def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
-    """The run's profile and {name: (model, tokenizer)}: warm start, trained and, if present, the SFT control."""
+    """The run's profile and {name: (model, tokenizer)}: warm start, trained and, if present, the SFT control and
+    the RAFT control (`python -m cells control --raft`)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -40,16 +50,17 @@ def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
     profile, warm, tokenizer = model_to_play(run_dir, warm_start=True)
     _, trained, trained_tok = model_to_play(run_dir, warm_start=False)
     models = {"warm_start": (warm, tokenizer), "trained": (trained, trained_tok)}
-    control = run_dir / "training" / "sft_control" / "model"
-    if (control / "model.safetensors").is_file():
-        sft_control = AutoModelForCausalLM.from_pretrained(str(control), dtype=torch.float32)
-        models["sft_control"] = (sft_control.eval(), tokenizer)
+    for name in ("sft_control", "raft_control"):
+        control = run_dir / "training" / name / "model"
+        if (control / "model.safetensors").is_file():
+            models[name] = (AutoModelForCausalLM.from_pretrained(str(control), dtype=torch.float32).eval(), tokenizer)
     return profile, models
 
 
 def set_table(records: dict[str, list[Any]], profile: Any) -> dict[str, Any]:
-    """Per model, success with its 95% interval; paired success differences of the trained model against each
-    other model (bootstrap interval, permutation p)."""
+    """Per model, success with its 95% interval, calibration of the submitted confidence (ECE, Brier), turns
+    per success and success per drift kind and per language; paired success differences of the trained model
+    against each other model (bootstrap interval, permutation p)."""
     from cells.evaluation import stats
 
     kw = {"resamples": profile.bootstrap_resamples, "seed": profile.seed}
@@ -57,12 +68,20 @@ def set_table(records: dict[str, list[Any]], profile: Any) -> dict[str, Any]:
                                        for name, recs in records.items()}}
     out["paired"] = {f"trained - {name}": stats.paired_difference(recs, records["trained"], metric="success", **kw)
                      for name, recs in records.items() if name != "trained"}
+    # greedy play gives one trial per case, so pass^k would only repeat success: left out
+    out["calibration"] = {name: {k: v for k, v in stats.calibration(recs).items() if k != "bins"}
+                          for name, recs in records.items()}
+    out["turns"] = {name: stats.turns_per_success(recs) for name, recs in records.items()}
+    out["by_kind"] = {name: stats.success_by_group(recs, "drift_kind") for name, recs in records.items()}
+    out["by_language"] = {name: stats.success_by_group(recs, "language") for name, recs in records.items()}
     return out
 
 
 def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = None) -> dict[str, Any]:
     """Play the run's models on `per_set` held-out cases per pattern set; write and return `eval_splits.json`."""
+    from cells.evaluation.records import save_records_jsonl
     from cells.evaluation.runner import make_spec, run_model
+    from cells.evaluation.split_pool import EVAL_FILE, RECORDS_FILE, tag
     from cells.evaluation.splits import episode_set, split_cases
     from cells.step_02_profiles import EVAL_SEEDS
     from cells.step_06_drift import PATTERN_SETS, drift_split
@@ -77,21 +96,25 @@ def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = N
     split = drift_split(name)
     cases = split_cases(split, per_set, EVAL_SEEDS, start=SPLIT_EVAL_FROM)
     out: dict[str, Any] = {"run": run_dir.name, "split": name, "trained_with_split": profile.drift_split or None,
-                           "per_set": per_set, "sets": {}}
+                           "per_set": per_set, "seed": profile.seed, "records": RECORDS_FILE, "sets": {}}
+    played: list[Any] = []
     for which in PATTERN_SETS:
         spec = make_spec(profile, cases[which], sampled_trials=0)
-        records = {m: run_model(m, model, tok, spec.cases, spec, greedy=True, trial=0)
+        records = {m: run_model(tag(which, m), model, tok, spec.cases, spec, greedy=True, trial=0)
                    for m, (model, tok) in models.items()}
+        played += [r for recs in records.values() for r in recs]
         fired_here = [episode_set(split, r.drift_patterns) == which for r in records["trained"]]
         out["sets"][which] = {**set_table(records, profile),
                               "fired_in_set": round(sum(fired_here) / max(1, len(fired_here)), 4)}
         print(f"[splits] {which}: " + "; ".join(f"{m} {v['value']:.1%}" for m, v in
                                                  out["sets"][which]["success"].items()))
-    (run_dir / "eval_splits.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    save_records_jsonl(played, run_dir / RECORDS_FILE)  # what `--pool` reads: no replay to pool seeds
+    (run_dir / EVAL_FILE).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return out
 
 
-MODEL_WORDS = {"warm_start": "warm start", "trained": "after GRPO", "sft_control": "SFT-only control"}
+MODEL_WORDS = {"warm_start": "warm start", "trained": "after GRPO", "sft_control": "SFT-only control",
+               "raft_control": "RAFT control"}
 
 
 def _pct(estimate: dict[str, Any], signed: bool = False) -> str:
@@ -116,8 +139,22 @@ def splits_markdown(result: dict[str, Any]) -> str:
               "| pattern set | " + " | ".join(pairs) + " |", "|---|" + "---|" * len(pairs)]
     for which, block in sets.items():
         lines.append(f"| {which} | " + " | ".join(_pct(block["paired"][p]["diff"], signed=True) for p in pairs) + " |")
-    return "\n".join(lines).replace("trained - warm_start", "GRPO − warm start").replace(
-        "trained - sft_control", "GRPO − SFT-only control")
+    if all("calibration" in block for block in sets.values()):  # eval_splits.json before records were saved lacks it
+        lines += ["", "Submitted confidence (ECE / Brier) and turns per success:", "",
+                  "| pattern set | " + " | ".join(MODEL_WORDS.get(m, m) for m in models) + " |",
+                  "|---|" + "---|" * len(models)]
+        for which, block in sets.items():
+            lines.append(f"| {which} | " + " | ".join(_secondary(block, m) for m in models) + " |")
+    text = "\n".join(lines)
+    for m in models:
+        text = text.replace(f"trained - {m}", f"GRPO − {MODEL_WORDS.get(m, m)}")
+    return text
+
+
+def _secondary(block: dict[str, Any], model: str) -> str:
+    cal, turns = block["calibration"][model], block["turns"][model]["turns_per_success"]
+    return " / ".join("n/a" if x is None else f"{x:.3f}" for x in (cal["ece"], cal["brier"])) + " / " + (
+        "n/a" if turns is None else f"{turns:.1f}")
 
 
 def write_docs(result: dict[str, Any], run_dir: Path, docs: Path = Path("docs/results.md")) -> Path:
@@ -130,13 +167,61 @@ def write_docs(result: dict[str, Any], run_dir: Path, docs: Path = Path("docs/re
     return write_block(docs, f"splits:{result['run']}", block)
 
 
+POOLED_JSON = Path("docs/results/splits_pooled.json")
+POOLED_PNG = Path("docs/results/splits_pooled.png")
+
+
+def pool_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path = POOLED_JSON) -> dict[str, Any]:
+    """Pool the saved split records of `run_dirs` (one per training seed) and the oracle's; write `out`."""
+    from cells.evaluation.split_pool import load_split_run, pool
+
+    pooled = pool([load_split_run(Path(d)) for d in run_dirs], load_split_run(Path(oracle_dir)) if oracle_dir else None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(pooled, indent=1) + "\n", encoding="utf-8")
+    return pooled
+
+
+def pool_command(pooled: dict[str, Any]) -> str:
+    oracle = pooled.get("oracle")
+    return ("python -m cells splits --pool " + " ".join(r["dir"] for r in pooled["runs"])
+            + (f" --oracle {oracle['dir']}" if oracle else "") + " --docs")
+
+
+def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path = POOLED_PNG) -> Path:
+    """Draw `png` and rewrite (or append) the block `splits:pooled` of `docs`, the plot embedded."""
+    import os
+
+    from cells.evaluation.docblocks import render, write_block
+    from cells.evaluation.split_report import plot_pooled, pooled_markdown
+
+    plot_pooled(pooled, png, MODEL_WORDS)
+    image = Path(os.path.relpath(png, docs.parent)).as_posix()
+    block = render("splits:pooled", "python -m cells splits --pool --docs", pooled_markdown(pooled, MODEL_WORDS, image),
+                   run_command=pool_command(pooled))
+    return write_block(docs, "splits:pooled", block)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells splits", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", default="runs/cpu-rl")
     parser.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
     parser.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
     parser.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
+    parser.add_argument("--pool", nargs="+", metavar="RUN_DIR", default=None,
+                        help=f"pool these runs' saved records over seeds (no play) into {POOLED_JSON}")
+    parser.add_argument("--oracle", default=None, metavar="RUN_DIR",
+                        help="with --pool: a run with every pattern demonstrated, evaluated on the same split")
     args = parser.parse_args(argv)
+    if args.oracle and not args.pool:
+        parser.error("--oracle goes with --pool")
+    if args.pool:
+        pooled = pool_splits([Path(d) for d in args.pool], Path(args.oracle) if args.oracle else None)
+        print(f"wrote {POOLED_JSON}")
+        for t in pooled["targets"]:
+            print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
+        if args.docs:
+            print(f"wrote {write_pooled_docs(pooled)} and {POOLED_PNG}")
+        return 0
     result = evaluate_split(Path(args.run_dir), args.per_set, args.split)
     print(splits_markdown(result))
     if args.docs:

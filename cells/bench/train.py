@@ -59,6 +59,7 @@ class TrainBench:
     floor_decode_steps_per_step: float = 0.0  # plain TRL: one generate of max_completion_length tokens
     grpo_unmerged_seconds_per_step: float = 0.0  # ours with the LoRA played unmerged (`cells.agent.merged`)
     rollout_unmerged_tokens_per_s: float = 0.0
+    rollout_share: float = 0.0  # of a GRPO step's wall time: the episodes' play (resampled groups included)
 
     @property
     def ratio_per_generated_token(self) -> float:
@@ -76,6 +77,8 @@ class TrainBench:
             f"(ours: x{stock_ratio:.2f})",
             f"GRPO seconds per step (multi-turn):    {self.grpo_seconds_per_step:>9.1f}   "
             f"({self.model_tokens_per_step:,.0f} generated tokens per step)",
+            f"GRPO steps per minute:                 {60 / max(1e-9, self.grpo_seconds_per_step):>9.1f}   "
+            f"(rollout: {100 * self.rollout_share:.0f}% of a step; the rest is scoring, loss and optimiser)",
             f"rollout generated tokens/s:            {self.rollout_tokens_per_s:>9,.0f}   "
             f"(LoRA merged for play; unmerged: {self.rollout_unmerged_tokens_per_s:,.0f} tokens/s, "
             f"{self.grpo_unmerged_seconds_per_step:.1f} s/step)",
@@ -140,9 +143,9 @@ def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out:
     return ours.tokens / ours_s, 1 - ours.tokens / max(1, ours.padded), stock.tokens / stock_s
 
 
-def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float, float]:
-    """(seconds per step, rollout tokens/s, generated tokens per step, decoding steps per step) of
-    DriftCallGRPOTrainer, stage 1."""
+def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float, float, float]:
+    """(seconds per step, rollout tokens/s, generated tokens per step, decoding steps per step, rollout share of a
+    step) of DriftCallGRPOTrainer, stage 1."""
     from cells.step_15_train_stage1 import build_stage_trainer
     from cells.training.stages import curriculum_max_steps
 
@@ -160,7 +163,8 @@ def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float, float]:
     episodes = ctx.profile.num_generations * ctx.profile.prompts_per_step  # one step's batch
     tokens = sum(h["rollout/model_tokens_mean"] for h in logs) / len(logs) * episodes
     decode_steps = sum(h.get("rollout/decode_steps", 0.0) for h in logs) / len(logs)
-    return seconds, rate, tokens, decode_steps
+    rollout_share = sum(h.get("rollout/seconds", 0.0) for h in logs) / len(logs) / seconds
+    return seconds, rate, tokens, decode_steps, rollout_share
 
 
 def bench_floor(model: Any, tok: Any, profile: Any, completion_tokens: int, steps: int, out: Path) -> tuple[float, float]:
@@ -225,15 +229,15 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
         if model_dir is not None:
             model = load_played_model(model_dir, tok)
         ctx.model, ctx.tokenizer = (model if hasattr(model, "peft_config") else attach_adapter(model, profile)), tok
-        grpo_s, rollout_rate, tokens, decode_steps = bench_grpo(ctx, grpo_steps)
+        grpo_s, rollout_rate, tokens, decode_steps, rollout_share = bench_grpo(ctx, grpo_steps)
         drop_reference_adapter(ctx.model)  # each trainer adds its own frozen `ref` copy
         with unmerged_play():  # the same steps with the adapter's operations in every decoding step
-            unmerged_s, unmerged_rate, _, _ = bench_grpo(ctx, grpo_steps)
+            unmerged_s, unmerged_rate, _, _, _ = bench_grpo(ctx, grpo_steps)
         mean_completion = max(1, round(tokens / (profile.num_generations * profile.prompts_per_step)))
         drop_reference_adapter(ctx.model)  # the plain trainer adds its own frozen `ref` copy
         floor_s, floor_tokens = bench_floor(ctx.model, tok, profile, mean_completion, grpo_steps, Path(tmp) / "floor")
     return TrainBench(profile_name, params, sft, padding, stock_rate, grpo_s, rollout_rate, tokens, floor_s, floor_tokens,
-                      decode_steps, float(mean_completion), unmerged_s, unmerged_rate)
+                      decode_steps, float(mean_completion), unmerged_s, unmerged_rate, rollout_share)
 
 
 def main(argv: list[str]) -> int:

@@ -445,9 +445,12 @@ REACH_FILES = {False: "diagnose_reach.json", True: "diagnose_reach_warm_start.js
 
 
 def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int = 60, samples: int | None = None,
-                   warm_start: bool = False) -> dict[str, Any]:
+                   warm_start: bool = False, temperature: float | None = None) -> dict[str, Any]:
     """`reachability` per pattern set of a drift split on development cases; write and return
-    `REACH_FILES[warm_start]`."""
+    `REACH_FILES[warm_start]` (with `_t<temperature>` before `.json` when a sampling temperature other than the
+    profile's is tried)."""
+    import dataclasses
+
     from cells.evaluation.splits import reachability, split_cases
     from cells.step_02_profiles import PROBE_SEEDS
     from cells.step_06_drift import PATTERN_SETS, drift_split
@@ -456,6 +459,10 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
     run_dir = Path(run_dir)
     profile, model, tokenizer = model_to_play(run_dir, warm_start)
+    if temperature is not None:
+        if temperature <= 0:
+            raise DiagnoseError(f"--temperature must be > 0, got {temperature}")
+        profile = dataclasses.replace(profile, temperature=temperature)
     name = split_name or profile.drift_split
     if not name:
         raise DiagnoseError(f"{run_dir} was trained without a drift_split: name one with --split (e.g. latin)")
@@ -465,7 +472,9 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     summary: dict[str, Any] = {"model": "warm start" if warm_start else "trained", "split": name}
     for which in PATTERN_SETS:
         summary[which] = reachability(model, tokenizer, cases[which], profile, g)
-    (run_dir / REACH_FILES[warm_start]).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    out = REACH_FILES[warm_start] if temperature is None else REACH_FILES[warm_start].replace(
+        ".json", f"_t{temperature:g}.json")
+    (run_dir / out).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
 
@@ -494,14 +503,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default=None, help="with --reach: the drift split (default: the run's)")
     parser.add_argument("--samples", type=int, default=None,
                         help="with --reach: G, samples per case (default: the run's num_generations)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="with --reach: the sampling temperature to try (default: the run's GRPO temperature)")
     args = parser.parse_args(argv)
     if args.warm_start and not (args.refusals or args.dev or args.reach):
         parser.error("--warm-start goes with --refusals, --dev or --reach (the default diagnosis already plays the "
                      "warm start)")
-    if (args.split or args.samples) and not args.reach:
-        parser.error("--split and --samples go with --reach")
+    if (args.split or args.samples or args.temperature) and not args.reach:
+        parser.error("--split, --samples and --temperature go with --reach")
     if args.reach:
-        reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start)
+        reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start,
+                               args.temperature)
         print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)
                           for k, v in reach.items()}, indent=1))
     elif args.dev:

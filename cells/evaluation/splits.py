@@ -29,12 +29,8 @@ class SplitPlanError(DriftCallError, ValueError):
 
 
 def episode_set(split: Any, pattern_ids: Iterable[str]) -> str | None:
-    """The pattern set an episode with these drifts counts in (see the module docstring); None without a drift."""
-    sets = {split.set_of(p) for p in pattern_ids}
-    for which in ("unseen", "reinforced", "demonstrated"):
-        if which in sets:
-            return which
-    return None
+    """The pattern set an episode with these drifts counts in (`DriftSplit.episode_set`); None without a drift."""
+    return split.episode_set(pattern_ids)
 
 
 def scheduled_set(split: Any, seed: int, stage: int, language: str) -> str | None:
@@ -101,4 +97,23 @@ def reachability(model: Any, tokenizer: Any, cases: Sequence[Any], profile: Any,
             "greedy_success": round(sum(greedy) / n, 4),
             "sampled_success": round(sum(per_case) / (n * samples), 4),
             f"pass_at_{samples}": round(sum(k > 0 for k in per_case) / n, 4),
+            "by_group_size": group_size_table(per_case, samples),
             "successes_per_case": per_case}
+
+
+def group_size_table(per_case: Sequence[int], samples: int) -> dict[str, dict[str, float]]:
+    """For each group size G <= `samples` among 2, 4, 8, 16, 32, from `per_case` successes of `samples` draws per
+    case: pass@G (unbiased: 1 - C(n-c, G) / C(n, G)) and the expected share of groups of G whose successes are all
+    equal, all solved or all failed. That share bounds the zero-variance groups GRPO would draw from below only
+    through partial rewards: a group of failures that earn different partial credit still carries a gradient."""
+    from math import comb
+
+    out: dict[str, dict[str, float]] = {}
+    for g in (2, 4, 8, 16, 32):
+        if g > samples or not per_case:
+            continue
+        total = comb(samples, g)
+        reach = sum(1 - comb(samples - c, g) / total for c in per_case) / len(per_case)
+        same = sum((comb(c, g) + comb(samples - c, g)) / total for c in per_case) / len(per_case)
+        out[str(g)] = {"pass_at": round(reach, 4), "all_same_success": round(same, 4)}
+    return out

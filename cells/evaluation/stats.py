@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -268,3 +268,72 @@ def by_policy(records: Iterable[EvalRecord]) -> dict[str, list[EvalRecord]]:
         out[r.policy].append(r)
     return dict(sorted(out.items()))
 
+
+
+STRATIFIED_TEST = "two-sided paired sign-flip permutation test on the pooled mean difference"
+
+
+def _sign_flip_p(d: np.ndarray, permutations: int, rng: np.random.Generator, chunk: int = 1000) -> float:
+    """Monte-Carlo p of |mean(d)| under random sign flips; flipping each pair alone is already stratified."""
+    if np.all(d == 0):
+        return 1.0
+    observed, hits, done = abs(float(d.mean())), 0, 0
+    while done < permutations:
+        size = min(chunk, permutations - done)  # chunks keep (resamples, pairs) arrays small at 1000+ pairs
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, d.size))
+        hits += int((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum())
+        done += size
+    return (hits + 1) / (permutations + 1)
+
+
+def stratified_paired_difference(
+    strata: Mapping[str, tuple[Sequence[EvalRecord], Sequence[EvalRecord]]], *, metric: str = "success",
+    resamples: int = 10_000, seed: int = 0, permutations: int = PERMUTATIONS,
+) -> dict[str, Any]:
+    """Mean of final − baseline over the pairs of every stratum (e.g. one per training seed: {run: (baseline,
+    final)}), with a percentile bootstrap that resamples pairs within each stratum, so each seed keeps its
+    weight and its own case list in every resample, and a sign-flip permutation p-value."""
+    if not strata:
+        raise SeedMismatchError("no strata to pool: pass at least one (baseline, final) pair of record lists")
+    diffs: dict[str, np.ndarray] = {}
+    for label in sorted(strata):  # sorted: the same draws whatever order the caller built the mapping in
+        base, fin = strata[label]
+        pairs = _pairs(base, fin)
+        diffs[label] = np.array([float(getattr(f, metric)) - float(getattr(b, metric)) for b, f in pairs])
+    d = np.concatenate(list(diffs.values()))
+    value = float(d.mean())
+    rng = _rng(seed, "stratified", metric)
+    if np.all(d == d[0]):
+        low = high = value
+    else:
+        totals = np.zeros(resamples)  # (R,) sum of resampled differences over every stratum
+        for x in diffs.values():
+            totals += x[rng.integers(0, x.size, size=(resamples, x.size))].sum(axis=1)  # (R, n_s) -> (R,)
+        low, high = (float(q) for q in np.percentile(totals / d.size, [100 * (1 - CI_LEVEL) / 2,
+                                                                       100 * (1 + CI_LEVEL) / 2]))
+    b_mean = float(np.mean([float(getattr(b, metric)) for s in strata.values() for b in s[0]]))
+    return {
+        "metric": metric, "n_pairs": int(d.size), "strata": {k: int(v.size) for k, v in diffs.items()},
+        "baseline_mean": b_mean, "final_mean": b_mean + value, "diff": Estimate(value, low, high, int(d.size)).to_dict(),
+        "p_value": _sign_flip_p(d, permutations, rng), "test": STRATIFIED_TEST, "permutations": permutations,
+        "resamples": resamples, "bootstrap": "percentile; pairs resampled within each stratum",
+    }
+
+
+def success_by_group(records: Sequence[EvalRecord], by: str) -> dict[str, dict[str, Any]]:
+    """Per group (language, stage, drift_kind or pattern; see `group_table`): episodes, successes and rate.
+    Counts, not intervals: these tables are small cells whose sums pool over seeds."""
+    groups: dict[str, list[bool]] = defaultdict(list)
+    for r in records:
+        for g in _record_groups(r, by):
+            groups[g].append(bool(r.success))
+    return {g: {"n": len(v), "successes": sum(v), "rate": sum(v) / len(v)} for g, v in sorted(groups.items())}
+
+
+def turns_per_success(records: Sequence[EvalRecord]) -> dict[str, Any]:
+    """Turns spent per success (every episode's turns over the successes: failures cost turns too) and the
+    mean turns of a successful episode; None without a success."""
+    wins = [r.turns_used for r in records if r.success]
+    return {"n": len(records), "successes": len(wins),
+            "turns_per_success": sum(r.turns_used for r in records) / len(wins) if wins else None,
+            "mean_turns_success": float(np.mean(wins)) if wins else None}

@@ -6,6 +6,8 @@
   completion right-padded, `tool_mask` 1 on model tokens, 0 on env/template tokens and padding).
 - `group_advantages`: group-relative advantages from episode rewards, as TRL's `scale_rewards` says.
 - `rollout_metrics`: slash-named metrics (reward components, parse failures, drift, languages, speed).
+- Dynamic sampling: `replacement_step` (the dataset record that replaces a zero-variance group), `GroupLabels`
+  and `group_signal_metrics` (zero-variance groups per label, at the first draw and after resampling).
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.errors import DriftCallError
+from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS
 
 ADVANTAGE_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)
+# Replacement records for zero-variance groups come from dataset indices past any curriculum step (a run has at
+# most a few thousand): `RESAMPLE_FROM` plus a digest of (step, round) within `RESAMPLE_SPAN`, so a replacement is
+# the same record on every process and after a resume, and never one of the curriculum's own steps. A digest rather
+# than an arithmetic offset: the failure curriculum cycles a list of n seeds (record i plays seed i mod n), and an
+# offset that n divides would replay the very seed that gave no signal.
+RESAMPLE_FROM = 500_000
+RESAMPLE_SPAN = 400_000  # below the episode dataset's 1,000,000 records
 
 
 class BatchError(DriftCallError, ValueError):
@@ -150,4 +160,40 @@ def rollout_metrics(
     out["rollout/seconds"] = seconds
     if decode_steps is not None:
         out["rollout/decode_steps"] = float(decode_steps)
+    return out
+
+
+def replacement_step(step: int, round_: int) -> int:
+    """The dataset index whose record replaces the group of curriculum step `step` in resampling round `round_`."""
+    from cells.datamodel.seeding import stable_int
+
+    if not 0 <= round_ < MAX_RESAMPLE_ROUNDS:
+        raise BatchError(f"resampling round {round_} outside [0, {MAX_RESAMPLE_ROUNDS})")
+    return RESAMPLE_FROM + stable_int("grpo.resample", int(step), round_) % RESAMPLE_SPAN
+
+
+@dataclass(frozen=True)
+class GroupLabels:
+    """How the trainer names a group in its per-label signal metrics: `of(episode)` (the group's first episode)
+    returns one of `names`. Every name is logged at every step, zero counts included, so folding the logs over a
+    stage divides sums, not means of shares."""
+
+    names: tuple[str, ...]
+    of: Callable[[Any], str]
+
+
+def group_signal_metrics(names: Sequence[str], first: Sequence[tuple[str, bool]],
+                         final: Sequence[tuple[str, bool]]) -> dict[str, float]:
+    """Counts per label: `groups/<label>/first_n` groups and `first_zero` of them with zero reward variance at the
+    first draw; `n` and `zero` the same for the groups the loss saw (after resampling). `first`/`final` hold
+    `(label, zero_variance)` per group of the generation batch."""
+    out: dict[str, float] = {}
+    for name in names:
+        for prefix, groups in (("first_", first), ("", final)):
+            mine = [zero for label, zero in groups if label == name]
+            out[f"groups/{name}/{prefix}n"] = float(len(mine))
+            out[f"groups/{name}/{prefix}zero"] = float(sum(mine))
+    unknown = {label for label, _ in (*first, *final)} - set(names)
+    if unknown:
+        raise BatchError(f"group labels {sorted(unknown)} are not among the declared {list(names)}")
     return out

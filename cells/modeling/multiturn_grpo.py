@@ -39,7 +39,8 @@ def materialise_runs(self: Any, inputs: list[Mapping[str, Any]], num_generations
         if "_meta" in run.row:
             record = dict(run.row)
         elif self.episode_dataset is not None:
-            record = self.episode_dataset[int(run.row["step"])]
+            step = int(run.row["step"])  # kept: dynamic sampling derives a group's replacement from it
+            record = {**self.episode_dataset[step], "curriculum_step": step}
         else:
             raise BatchError("rows need `_meta` (goal, episode_seed) or a `step` index into an EpisodeDatasetAdapter")
         out.append((record, run.first_generation, run.count))
@@ -238,15 +239,103 @@ def _gather_names(self: Any, names: list[str]) -> list[list[str]]:
     return list(gather_object([names]))
 
 
+def _score(self: Any, runs: list[tuple[dict[str, Any], int, int]], episodes: list[Any], trajectories: list[Any]
+           ) -> list[float]:
+    """The judge's reward of each played episode (`reward_fn_driftcall`), in run order."""
+    records = [record for record, _, count in runs for _ in range(count)]
+    return list(self.reward_fn_driftcall(
+        prompts=[r["prompt"] for r in records], completions=[t.text for t in trajectories],
+        _meta=[r["_meta"] for r in records], episodes=list(episodes)))
+
+
+def _run_groups(self: Any, runs: list[tuple[dict[str, Any], int, int]], num_generations: int) -> list[int]:
+    """The generation batch's group index of each run (a group may be split between processes)."""
+    row = self.accelerator.process_index * sum(count for _, _, count in runs)
+    out = []
+    for _, _, count in runs:
+        out.append(row // num_generations)
+        row += count
+    return out
+
+
+def _group_labels(self: Any, runs: list[tuple[dict[str, Any], int, int]], episodes: list[Any],
+                  groups: list[int]) -> dict[int, str]:
+    """`{group: label}` over the whole generation batch (every process's), from each group's first episode."""
+    mine: dict[int, str] = {}
+    row = 0
+    for (_, first, count), group in zip(runs, groups, strict=True):
+        if first == 0:
+            mine[group] = self.group_labels.of(episodes[row])
+        row += count
+    if self.accelerator.num_processes == 1:
+        return mine
+    from accelerate.utils import gather_object
+
+    return {g: label for part in gather_object([mine]) for g, label in part.items()}
+
+
+def _zero_groups(self: Any, all_rewards: Any, num_generations: int) -> list[bool]:
+    """Per group of the generation batch: True when its G rewards are all equal (no advantage, no gradient)."""
+    return [bool(z) for z in group_advantages(all_rewards, num_generations, self.scale_rewards)[1]
+            .view(-1, num_generations)[:, 0].tolist()]
+
+
+def _gather_rewards(self: Any, rewards: list[float]) -> Any:
+    """(B * processes,) every process's rewards, in process order."""
+    import torch
+
+    return self.accelerator.gather(torch.tensor(rewards, dtype=torch.float32, device=self.accelerator.device))
+
+
+def _resample_zero_variance(self: Any, runs: list[tuple[dict[str, Any], int, int]], groups: list[int],
+                            played: list[list[Any]], rewards: list[float], all_rewards: Any, num_generations: int
+                            ) -> tuple[Any, int, float]:
+    """Dynamic sampling: replace each group whose G rewards are all equal by a fresh record from the episode
+    dataset and play it, up to `self.resample_rounds` times. Edits `runs`, `played` (`[episodes, trajectories]`)
+    and `rewards` in place; returns `(all_rewards, groups replaced, seconds played)`. Every process sees the
+    gathered rewards, so all agree on which groups to replay (and call `gather` as often)."""
+    replayable = self.episode_dataset is not None and all("curriculum_step" in r for r, _, _ in runs)
+    replaced, seconds = 0, 0.0
+    for round_ in range(self.resample_rounds if replayable else 0):
+        zero = _zero_groups(self, all_rewards, num_generations)
+        if not any(zero):
+            break
+        replaced += sum(zero)
+        redo = [i for i, group in enumerate(groups) if zero[group]]
+        fresh = [(_replacement(self, runs[i][0], round_), runs[i][1], runs[i][2]) for i in redo]
+        t0 = time.perf_counter()
+        episodes, trajectories, _ = _rollout(self, fresh, num_generations) if fresh else ([], [], None)
+        seconds += time.perf_counter() - t0
+        new_rewards = _score(self, fresh, episodes, trajectories) if fresh else []
+        starts = [sum(count for _, _, count in runs[:i]) for i in range(len(runs))]
+        at = 0
+        for i, run in zip(redo, fresh, strict=True):
+            span = slice(starts[i], starts[i] + run[2])
+            played[0][span], played[1][span] = episodes[at:at + run[2]], trajectories[at:at + run[2]]
+            rewards[span] = new_rewards[at:at + run[2]]
+            runs[i] = run
+            at += run[2]
+        all_rewards = _gather_rewards(self, rewards)
+    return all_rewards, replaced, seconds
+
+
+def _replacement(self: Any, record: dict[str, Any], round_: int) -> dict[str, Any]:
+    from cells.modeling.grpo_batch import replacement_step
+
+    step = replacement_step(int(record["curriculum_step"]), round_)
+    return {**self.episode_dataset[step], "curriculum_step": record["curriculum_step"]}
+
+
 def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Roll out this process's episodes, score them, and return the batch TRL's `_compute_loss` reads.
 
     Several processes (accelerate/torchrun): each plays its own rows (part of a group, possibly), rewards
     are gathered, advantages normalised per group over the whole generation batch and each process keeps
-    its slice, exactly as TRL does for single-turn GRPO."""
-    import torch
+    its slice, exactly as TRL does for single-turn GRPO. With `resample_rounds > 0` (and an episode dataset),
+    groups with zero reward variance are replaced by fresh episodes first (`_resample_zero_variance`)."""
 
     from cells.modeling.episode_rewards import reward_components
+    from cells.modeling.grpo_batch import group_signal_metrics
 
     mode = "train" if self.model.training else "eval"
     g = self.num_generations if mode == "train" else self.num_generations_eval
@@ -254,24 +343,37 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     t0 = time.perf_counter()
     episodes, trajectories, decode_steps = _rollout(self, runs, g)  # B (this process's rows) each
     seconds = time.perf_counter() - t0
-    records = [record for record, _, count in runs for _ in range(count)]
-    rewards = self.reward_fn_driftcall(
-        prompts=[r["prompt"] for r in records], completions=[t.text for t in trajectories],
-        _meta=[r["_meta"] for r in records], episodes=list(episodes))
+    rewards = _score(self, runs, episodes, trajectories)
+    groups = _run_groups(self, runs, g)
+    labels = self.group_labels is not None and mode == "train"
+    first_labels = _group_labels(self, runs, episodes, groups) if labels else {}
+    played = [list(episodes), list(trajectories)]
+    all_rewards = _gather_rewards(self, rewards)
+    first_zero = _zero_groups(self, all_rewards, g)
+    replaced, more_seconds = 0, 0.0
+    if mode == "train" and self.resample_rounds:
+        all_rewards, replaced, more_seconds = _resample_zero_variance(self, runs, groups, played, rewards, all_rewards,
+                                                                      g)
+    episodes, trajectories = played
+    advantages, zero_std = group_advantages(all_rewards, g, self.scale_rewards)  # (B * processes,) each
     device = self.accelerator.device
     batch = pad_trajectories(trajectories, self.processing_class.pad_token_id, device)  # (B, P) / (B, C) tensors
-    rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)  # (B,)
-    all_rewards = self.accelerator.gather(rewards_t)  # (B * processes,): every process's, in process order
-    advantages, zero_std = group_advantages(all_rewards, g, self.scale_rewards)  # (B * processes,) each
     mine = slice(self.accelerator.process_index * len(rewards), (self.accelerator.process_index + 1) * len(rewards))
     batch["advantages"] = advantages[mine]
     loss_mask = batch["completion_mask"] * batch["tool_mask"]  # (B, C)
     batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
     batch.update(self._driftcall_logps(batch, mode))
     model_tokens = int(loss_mask.sum().item())
-    zero_groups = zero_std.view(-1, g)[:, 0].float().mean().item()
-    metrics = rollout_metrics(episodes, rewards, [reward_components(e) for e in episodes], zero_groups,
-                              model_tokens, seconds, decode_steps)
+    final_zero = zero_std.view(-1, g)[:, 0].tolist()
+    metrics = rollout_metrics(episodes, rewards, [reward_components(e) for e in episodes],
+                              sum(final_zero) / len(final_zero), model_tokens, seconds + more_seconds, decode_steps)
+    metrics["groups/zero_std_first_frac"] = sum(first_zero) / len(first_zero)
+    metrics["groups/resampled"] = float(replaced)
+    if labels:
+        final_labels = _group_labels(self, runs, episodes, groups) if replaced else first_labels
+        metrics.update(group_signal_metrics(
+            self.group_labels.names, [(first_labels[i], bool(z)) for i, z in enumerate(first_zero)],
+            [(final_labels[i], bool(z)) for i, z in enumerate(final_zero)]))
     metrics["reward/mean"] = all_rewards.mean().item()  # the whole generation batch, as TRL's `reward`
     metrics["reward/std"] = all_rewards.std().item() if all_rewards.numel() > 1 else 0.0
     _log(self, mode, metrics, all_rewards, zero_std)

@@ -202,7 +202,7 @@ def repetition_offences(episode: Episode) -> list[dict[str, Any]]:
 
 def claim_offences(episode: Episode, evidence: Mapping[str, DriftEvidence]) -> list[dict[str, Any]]:
     """Messages using change vocabulary before any drift-specific evidence was observed."""
-    observed = [(d.pattern_id, first_observed_turn(episode, d.turn, evidence[d.pattern_id])) for d in episode.drifts]
+    observed: list[int | None] | None = None  # each drift's first observed turn, found only once a message claims
     out: list[dict[str, Any]] = []
     for turn, action in user_messages_of(episode):
         text = (action.message or "").casefold()
@@ -211,7 +211,9 @@ def claim_offences(episode: Episode, evidence: Mapping[str, DriftEvidence]) -> l
         hit = next((m.group(0) for p in CLAIM_VOCABULARY if (m := p.search(text))), None)
         if hit is None:
             continue
-        if any(obs is not None and obs < turn for _, obs in observed):
+        if observed is None:
+            observed = [first_observed_turn(episode, d.turn, evidence[d.pattern_id]) for d in episode.drifts]
+        if any(obs is not None and obs < turn for obs in observed):
             continue
         fired = [d.pattern_id for d in episode.drifts if d.turn <= turn]
         why = "drift fired but no drift-specific token observed yet" if fired else "no drift had fired"

@@ -1,0 +1,277 @@
+"""Split evaluations pooled over training seeds: the saved greedy records of several runs of one recipe (one run
+per `--seed`), checked to be comparable, then success, paired differences, calibration and the issue's targets.
+
+- The records: `python -m cells splits --run-dir RUN` writes `records_splits.jsonl` (one `EvalRecord` per
+  line, `save_records_jsonl`) beside `eval_splits.json`; each record's `policy` is `<pattern set>/<model>`
+  (`tag`, `untag`), so the file alone says which set and which model an episode belongs to.
+- `load_split_run(run_dir)`: a run's records by set and model, with the split it was evaluated on.
+- `pool(runs, oracle)`: the pooled result (`python -m cells splits --pool ...` writes it as JSON). Paired
+  differences pool every seed's pairs with a bootstrap that resamples within each seed
+  (`stats.stratified_paired_difference`); per-seed rows use `stats.paired_difference`. Runs must share the
+  split and, per set, the case list; each seed's run is evaluated on the same held-out cases, so the pooled
+  interval covers training-seed and episode variation together.
+- The oracle (a run with every pattern demonstrated, e.g. cpu-learn played with `--split latin`) is a
+  different recipe: its success is reported beside the pooled models, unpaired, and paired with GRPO per seed
+  only when its case lists are the seeds' (`same_cases`).
+- `targets(pooled)`: the drift-split experiment's targets as PASS / MISS / NO DATA, computed from the pooled data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cells.errors import DriftCallError
+from cells.evaluation.records import EvalRecord
+
+RECORDS_FILE = "records_splits.jsonl"
+EVAL_FILE = "eval_splits.json"
+ORACLE_MODEL = "trained"  # the oracle's full recipe (warm start + GRPO), the reference GRPO aims at
+WITHHELD = ("reinforced", "unseen")  # the sets the warm start never saw: where calibration is judged
+REQUIRED_SEEDS = 3  # the experiment's targets are pooled over three training seeds
+BOOTSTRAP_SEED = 0  # pooled intervals: one fixed seed, since the runs' own profile seeds differ
+
+
+class SplitPoolError(DriftCallError, ValueError):
+    """Runs that cannot be pooled."""
+
+
+class MissingSplitRecordsError(SplitPoolError, LookupError):
+    """A run has no saved split records (or no `eval_splits.json`)."""
+
+
+class SplitMismatchError(SplitPoolError):
+    """Runs were evaluated on different drift splits, or trained with different ones."""
+
+
+class CaseListMismatchError(SplitPoolError):
+    """Runs were played on different held-out cases, so their pairs cannot be pooled."""
+
+
+def tag(which: str, model: str) -> str:
+    """The `EvalRecord.policy` of `model`'s episode in pattern set `which`."""
+    return f"{which}/{model}"
+
+
+def untag(policy: str) -> tuple[str, str]:
+    """(pattern set, model) of a record's policy written by `tag`."""
+    which, sep, model = policy.partition("/")
+    if not sep:
+        raise SplitPoolError(f"record policy {policy!r} names no pattern set: records_splits.jsonl holds "
+                             "'<set>/<model>' policies; remake it with `python -m cells splits`")
+    return which, model
+
+
+@dataclass(frozen=True)
+class SplitRun:
+    """One run's split evaluation as saved: {set: {model: records}} and what it was evaluated on."""
+
+    name: str
+    path: Path
+    split: str
+    trained_with_split: str | None
+    per_set: int
+    seed: int | None
+    records: dict[str, dict[str, tuple[EvalRecord, ...]]]
+
+    def cases(self, which: str) -> list[tuple[int, int, str]]:
+        """The sorted (seed, stage, language) cases of set `which` (every model plays the same ones)."""
+        return sorted(r.task_key for r in next(iter(self.records[which].values())))
+
+    @property
+    def label(self) -> str:
+        return self.name if self.seed is None else f"{self.name} (seed {self.seed})"
+
+
+def remake_command(run_dir: Path, per_set: int | None = None, split: str | None = None) -> str:
+    return (f"python -m cells splits --run-dir {run_dir}" + (f" --per-set {per_set}" if per_set else "")
+            + (f" --split {split}" if split else ""))
+
+
+def load_split_run(run_dir: Path) -> SplitRun:
+    """The run's `eval_splits.json` and `records_splits.jsonl`; `MissingSplitRecordsError` (with the command
+    that makes them) when either is missing, `SplitPoolError` when a set's models played different cases."""
+    from cells.evaluation.records import load_records_jsonl
+
+    run_dir = Path(run_dir)
+    meta_path, rec_path = run_dir / EVAL_FILE, run_dir / RECORDS_FILE
+    if not meta_path.is_file():
+        raise MissingSplitRecordsError(f"{meta_path} is missing: evaluate the run first with "
+                                       f"`{remake_command(run_dir)}` (add --split latin for the oracle)")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if not rec_path.is_file():
+        raise MissingSplitRecordsError(
+            f"{rec_path} is missing ({meta_path.name} predates saved records): replay the run with "
+            f"`{remake_command(run_dir, meta.get('per_set'), meta.get('split'))}`")
+    records: dict[str, dict[str, list[EvalRecord]]] = {}
+    for r in load_records_jsonl(rec_path):
+        which, model = untag(r.policy)
+        records.setdefault(which, {}).setdefault(model, []).append(r)
+    for which, models in records.items():
+        keys = {m: sorted(r.task_key for r in recs) for m, recs in models.items()}
+        if len({tuple(k) for k in keys.values()}) > 1:
+            raise SplitPoolError(f"{rec_path}: the models of set {which!r} played different cases "
+                                 f"({ {m: len(k) for m, k in keys.items()} }); remake it with "
+                                 f"`{remake_command(run_dir, meta.get('per_set'), meta.get('split'))}`")
+    return SplitRun(run_dir.name, run_dir, meta["split"], meta.get("trained_with_split"), int(meta["per_set"]),
+                    meta.get("seed"), {w: {m: tuple(rs) for m, rs in ms.items()} for w, ms in records.items()})
+
+
+def check_poolable(runs: Sequence[SplitRun], oracle: SplitRun | None = None) -> None:
+    """Refuse seeds of different splits, case lists or names, and an oracle of another split."""
+    if not runs:
+        raise SplitPoolError("--pool needs at least one run directory")
+    first = runs[0]
+    if len({r.name for r in runs}) < len(runs):
+        raise SplitPoolError(f"--pool names a run twice: {[str(r.path) for r in runs]}")
+    for run in runs:
+        if (run.split, run.trained_with_split) != (first.split, first.trained_with_split):
+            raise SplitMismatchError(
+                f"{run.path} was evaluated on split {run.split!r} (trained with {run.trained_with_split!r}), "
+                f"{first.path} on {first.split!r} (trained with {first.trained_with_split!r}): pool runs of one "
+                "recipe evaluated on one split; pass a run trained without a split as --oracle")
+        if sorted(run.records) != sorted(first.records):
+            raise CaseListMismatchError(f"{run.path} holds sets {sorted(run.records)}, {first.path} "
+                                        f"{sorted(first.records)}: evaluate every run on every set")
+        for which in first.records:
+            if run.cases(which) != first.cases(which):
+                raise CaseListMismatchError(
+                    f"{run.path} and {first.path} were played on different {which} cases (per_set {run.per_set} "
+                    f"vs {first.per_set}): replay both with the same --per-set, e.g. "
+                    f"`{remake_command(run.path, first.per_set, first.split)}`")
+    if first.trained_with_split is None:
+        raise SplitMismatchError(f"{first.path} was trained without a drift split: pool the split's seeds and "
+                                 "pass a run with every pattern demonstrated as --oracle")
+    if oracle is not None and (oracle.split != first.split or oracle.trained_with_split is not None):
+        raise SplitMismatchError(
+            f"--oracle {oracle.path} was evaluated on split {oracle.split!r} and trained with "
+            f"{oracle.trained_with_split!r}; it needs split {first.split!r} and every pattern demonstrated: "
+            f"`{remake_command(oracle.path, first.per_set, first.split)}` on a run trained without a split")
+
+
+def _models(runs: Sequence[SplitRun]) -> list[str]:
+    """Every model any run played, in first-seen order (warm start, trained, then the controls)."""
+    return list(dict.fromkeys(m for run in runs for models in run.records.values() for m in models))
+
+
+def _brief_calibration(records: Sequence[EvalRecord]) -> dict[str, Any]:
+    from cells.evaluation.stats import calibration
+
+    cal = calibration(records)
+    return {"n": cal["n"], "ece": cal["ece"], "brier": cal["brier"]}
+
+
+def _set_block(which: str, runs: Sequence[SplitRun], models: list[str], oracle: SplitRun | None,
+               same_cases: bool, resamples: int) -> dict[str, Any]:
+    from cells.evaluation import stats
+
+    have = {m: [r for r in runs if m in r.records[which]] for m in models}
+    pooled_recs = {m: [x for r in have[m] for x in r.records[which][m]] for m in models}
+    block: dict[str, Any] = {"success": {}, "paired": {}}
+    for m in models:
+        block["success"][m] = {"pooled": stats.success_ci([x.success for x in pooled_recs[m]]).to_dict(),
+                               "runs": [r.name for r in have[m]],
+                               "per_run": {r.name: stats.success_ci([x.success for x in r.records[which][m]])
+                                           .to_dict() for r in have[m]}}
+    kw = {"resamples": resamples, "seed": BOOTSTRAP_SEED}
+    for m in models:
+        both = [r for r in have[m] if "trained" in r.records[which]]
+        if m == "trained" or not both:
+            continue
+        strata = {r.name: (r.records[which][m], r.records[which]["trained"]) for r in both}
+        block["paired"][f"trained - {m}"] = {
+            "pooled": stats.stratified_paired_difference(strata, metric="success", **kw),
+            "per_run": {k: stats.paired_difference(b, f, metric="success", **kw) for k, (b, f) in strata.items()}}
+    block["calibration"] = {m: _brief_calibration(pooled_recs[m]) for m in models}
+    block["turns"] = {m: stats.turns_per_success(pooled_recs[m]) for m in models}
+    block["by_kind"] = {m: stats.success_by_group(pooled_recs[m], "drift_kind") for m in models}
+    block["by_language"] = {m: stats.success_by_group(pooled_recs[m], "language") for m in models}
+    if oracle is not None:
+        block["oracle"] = {m: stats.success_ci([x.success for x in recs]).to_dict()
+                           for m, recs in oracle.records[which].items()}
+        if same_cases and ORACLE_MODEL in oracle.records[which]:
+            # the oracle's one evaluation stands in each seed's stratum: the interval covers GRPO's seeds only
+            strata = {r.name: (r.records[which]["trained"], oracle.records[which][ORACLE_MODEL])
+                      for r in runs if "trained" in r.records[which]}
+            block["oracle_paired"] = {f"oracle {ORACLE_MODEL} - trained": stats.stratified_paired_difference(
+                strata, metric="success", **kw)}
+    return block
+
+
+def pool(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: int = 10_000) -> dict[str, Any]:
+    """The pooled result of `runs` (one per training seed) and the optional oracle; see the module docstring."""
+    check_poolable(runs, oracle)
+    first, models = runs[0], _models(runs)
+    same_cases = oracle is not None and all(
+        which in oracle.records and oracle.cases(which) == first.cases(which) for which in first.records)
+    out: dict[str, Any] = {
+        "split": first.split, "trained_with_split": first.trained_with_split, "per_set": first.per_set,
+        "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed} for r in runs], "models": models,
+        "oracle": None if oracle is None else {"run": oracle.name, "dir": str(oracle.path), "model": ORACLE_MODEL,
+                                               "same_cases": same_cases, "paired": same_cases},
+        "bootstrap": {"resamples": resamples, "seed": BOOTSTRAP_SEED,
+                      "method": "percentile; pairs resampled within each training seed (stratified)"},
+        "sets": {which: _set_block(which, runs, models, oracle, same_cases, resamples) for which in first.records},
+    }
+    withheld = [w for w in WITHHELD if w in first.records]
+    out["calibration_withheld"] = {
+        "sets": withheld,
+        "pooled": {m: _brief_calibration([x for r in runs for w in withheld for x in r.records[w].get(m, ())])
+                   for m in models},
+        "per_run": {r.name: {m: _brief_calibration([x for w in withheld for x in r.records[w][m]])
+                             for m in models if all(m in r.records[w] for w in withheld)} for r in runs},
+        "oracle": None if oracle is None else {m: _brief_calibration(
+            [x for w in withheld for x in oracle.records.get(w, {}).get(m, ())]) for m in _models([oracle])},
+    }
+    out["targets"] = targets(out)
+    return out
+
+
+def _pts(x: float | None, signed: bool = True) -> str:
+    return "n/a" if x is None else f"{100 * x:{'+' if signed else ''}.1f}"
+
+
+def _paired_row(pooled: dict[str, Any], which: str, pair: str) -> tuple[dict[str, Any], list[float]] | None:
+    entry = pooled["sets"].get(which, {}).get("paired", {}).get(pair)
+    return None if entry is None else (entry["pooled"]["diff"], [v["diff"]["value"] for v in entry["per_run"].values()])
+
+
+def targets(pooled: dict[str, Any]) -> list[dict[str, Any]]:
+    """The drift-split experiment's targets: id, target, measured (points), status PASS / MISS / NO DATA, note.
+    Thresholds compare values rounded to 1e-9, since a mean of 0/1 pairs lands a hair off +10.0 points."""
+    def row(key: str, target: str, got: tuple[dict[str, Any], list[float]] | None, rule: Any,
+            seeds_needed: bool = True) -> dict[str, Any]:
+        if got is None:
+            return {"id": key, "target": target, "measured": "n/a", "status": "NO DATA", "note": "model not played"}
+        diff, per = got
+        short = seeds_needed and len(per) < REQUIRED_SEEDS
+        measured = (f"{_pts(diff['value'])} [{_pts(diff['low'])}, {_pts(diff['high'])}] pooled; per seed "
+                    + ", ".join(_pts(x) for x in per))
+        ok = rule(round(diff["value"], 9), round(diff["low"], 9), [round(x, 9) for x in per]) and not short
+        return {"id": key, "target": target, "measured": measured, "status": "PASS" if ok else "MISS",
+                "note": f"{len(per)} of {REQUIRED_SEEDS} seeds" if short else ""}
+
+    rows = [
+        row("reinforced_vs_warm_start", "reinforced: GRPO − warm start ≥ +10 points, 95% CI above 0 pooled over 3 "
+            "seeds, positive at each", _paired_row(pooled, "reinforced", "trained - warm_start"),
+            lambda v, lo, per: v >= 0.10 and lo > 0 and all(x > 0 for x in per)),
+        row("reinforced_vs_sft_control", "reinforced: GRPO − SFT-only control, 95% CI above 0 pooled over 3 seeds",
+            _paired_row(pooled, "reinforced", "trained - sft_control"), lambda v, lo, per: lo > 0),
+        row("demonstrated_regression", "demonstrated: GRPO − warm start ≥ −2 points pooled",
+            _paired_row(pooled, "demonstrated", "trained - warm_start"), lambda v, lo, per: v >= -0.02,
+            seeds_needed=False),
+    ]
+    cal = pooled["calibration_withheld"]["pooled"]
+    after, before = (cal.get(m, {}).get("ece") for m in ("trained", "warm_start"))
+    target = "reinforced + unseen: ECE after GRPO ≤ 0.05 and below the warm start's (pooled)"
+    if after is None or before is None:
+        rows.append({"id": "ece_withheld", "target": target, "measured": "n/a", "status": "NO DATA",
+                     "note": "model not played"})
+    else:
+        ok = round(after, 9) <= 0.05 and after < before
+        rows.append({"id": "ece_withheld", "target": target, "measured": f"{after:.3f} after GRPO, {before:.3f} warm "
+                     "start", "status": "PASS" if ok else "MISS", "note": ""})
+    return rows

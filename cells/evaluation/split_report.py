@@ -1,0 +1,153 @@
+"""The pooled split evaluation (`cells.evaluation.split_pool.pool`) as markdown and one plot.
+
+- `plot_pooled(pooled, path, words)`: success per pattern set (x) for every model and the oracle, grouped bars
+  with 95% whiskers, pooled over seeds (matplotlib on an Agg canvas; no pyplot state).
+- `pooled_markdown(pooled, words, image)`: the tables of the docs block `splits:pooled`: success pooled,
+  paired differences pooled and per seed, calibration on the withheld sets, success per drift kind and per
+  language, and the experiment's targets. Every number comes from `pooled`.
+`words` names models in prose (`cells.bench.splits.MODEL_WORDS`); a model it lacks keeps its key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cells.evaluation.split_pool import ORACLE_MODEL
+
+
+def _pct(estimate: Mapping[str, Any] | None, signed: bool = False) -> str:
+    if estimate is None or estimate.get("value") is None:
+        return "n/a"
+    sign = "+" if signed else ""
+    value, low, high = (100 * estimate[k] for k in ("value", "low", "high"))
+    return f"{value:{sign}.1f}% [{low:{sign}.1f}, {high:{sign}.1f}]"
+
+
+def _pair_words(pair: str, words: Mapping[str, str]) -> str:
+    final, _, base = pair.partition(" - ")
+    final = "GRPO" if final == "trained" else words.get(final, final)
+    return f"{final} − {words.get(base, base)}"
+
+
+def _bars(pooled: dict[str, Any], words: Mapping[str, str]) -> list[tuple[str, list[Mapping[str, Any] | None]]]:
+    """(label, pooled success per set) for each model, then the oracle's model."""
+    sets = pooled["sets"]
+    out: list[tuple[str, list[Mapping[str, Any] | None]]] = [
+        (words.get(m, m), [b["success"].get(m, {}).get("pooled") for b in sets.values()]) for m in pooled["models"]]
+    if pooled.get("oracle"):
+        out.append((f"oracle ({pooled['oracle']['run']}, {words.get(ORACLE_MODEL, ORACLE_MODEL)})",
+                    [b.get("oracle", {}).get(ORACLE_MODEL) for b in sets.values()]))
+    return out
+
+
+def plot_pooled(pooled: dict[str, Any], path: Path, words: Mapping[str, str]) -> Path:
+    """Grouped bars of success per pattern set with 95% whiskers; written as PNG at `path`."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    sets, bars = list(pooled["sets"]), _bars(pooled, words)
+    fig = Figure(figsize=(8, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    width, x = 0.8 / len(bars), np.arange(len(sets))
+    for i, (label, ests) in enumerate(bars):
+        value = np.array([100 * e["value"] if e and e.get("value") is not None else np.nan for e in ests])
+        low = np.array([100 * e["low"] if e and e.get("low") is not None else np.nan for e in ests])
+        high = np.array([100 * e["high"] if e and e.get("high") is not None else np.nan for e in ests])
+        ax.bar(x + (i - (len(bars) - 1) / 2) * width, value, width, label=label,
+               yerr=np.vstack([value - low, high - value]), capsize=3)
+    ax.set_xticks(x, sets)
+    ax.set(ylim=(0, 105), ylabel="success (%)", xlabel="pattern set of the episode's drifts",
+           title=f"Drift split `{pooled['split']}`: held-out success, pooled over {len(pooled['runs'])} seed(s), 95% CI")
+    # below the axes: bars near 100% on one set and near 0% on another leave no free corner inside
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(3, len(bars)), frameon=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _group_rows(pooled: dict[str, Any], key: str, models: list[str]) -> list[list[str]]:
+    """Rows `set · group`, episodes, success per model (with its own count where a model played fewer seeds)."""
+    rows = []
+    for which, block in pooled["sets"].items():
+        for g in sorted({g for m in models for g in block[key].get(m, {})}):
+            cells = [block[key].get(m, {}).get(g) for m in models]
+            n = next((c["n"] for c in cells if c), 0)
+            rows.append([f"{which} · {g}", str(n)] + ["n/a" if c is None else f"{100 * c['rate']:.0f}%"
+                                                        + ("" if c["n"] == n else f" of {c['n']}") for c in cells])
+    return rows
+
+
+def _intro(pooled: dict[str, Any], words: Mapping[str, str], image: str | None) -> list[str]:
+    runs = ", ".join(r["run"] + (f" (seed {r['seed']})" if r.get("seed") is not None else "") for r in pooled["runs"])
+    lines = [f"Drift split `{pooled['split']}`, {pooled['per_set']} held-out drifted episodes per pattern set and "
+             f"model in each of {len(pooled['runs'])} training seed(s): {runs}; greedy. Success intervals: Wilson "
+             "95% over the pooled episodes; paired differences: percentile bootstrap "
+             f"({pooled['bootstrap']['resamples']} resamples) of the pairs within each seed.", ""]
+    oracle = pooled.get("oracle")
+    if oracle:
+        how = "the same cases, so paired with GRPO per seed" if oracle["paired"] else "other cases: unpaired"
+        lines += [f"Oracle: `{oracle['run']}` (every pattern demonstrated), its "
+                  f"{words.get(ORACLE_MODEL, ORACLE_MODEL)} model; {how}.", ""]
+    return lines + ([f"![success per pattern set, pooled over seeds]({image})", ""] if image else [])
+
+
+def _success_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str]:
+    models, sets, oracle = pooled["models"], pooled["sets"], pooled.get("oracle")
+    head = ["pattern set"] + [words.get(m, m) for m in models] + ([f"oracle ({oracle['run']})"] if oracle else [])
+    rows = [[w] + [_pct(b["success"][m]["pooled"]) for m in models]
+            + ([_pct(b.get("oracle", {}).get(ORACLE_MODEL))] if oracle else []) for w, b in sets.items()]
+    return ["Success, pooled over seeds:", "", *_table(head, rows), ""]
+
+
+def _paired_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str]:
+    sets = pooled["sets"]
+    pairs = list(dict.fromkeys(p for b in sets.values() for p in b["paired"]))
+    oracle_pairs = list(dict.fromkeys(p for b in sets.values() for p in b.get("oracle_paired", {})))
+    names = [_pair_words(p, words) for p in pairs]
+    rows = [[w] + [_pct(b["paired"].get(p, {}).get("pooled", {}).get("diff"), signed=True) for p in pairs]
+            + [_pct(b.get("oracle_paired", {}).get(p, {}).get("diff"), signed=True) for p in oracle_pairs]
+            for w, b in sets.items()]
+    per_seed = [[w, r["run"]] + [_pct(b["paired"].get(p, {}).get("per_run", {}).get(r["run"], {}).get("diff"), True)
+                                 for p in pairs] for w, b in sets.items() for r in pooled["runs"]]
+    return ["Paired differences in success, pooled over seeds (bootstrap 95% interval):", "",
+            *_table(["pattern set", *names] + ["oracle − GRPO"] * len(oracle_pairs), rows), "",
+            "Paired differences per seed:", "", *_table(["pattern set", "run", *names], per_seed), ""]
+
+
+def _calibration_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str]:
+    models, sets, cal = pooled["models"], pooled["sets"], pooled["calibration_withheld"]
+    rows = [[words.get(m, m), _f(cal["pooled"][m]["ece"]), _f(cal["pooled"][m]["brier"]),
+             ", ".join(_f(v.get(m, {}).get("ece")) for v in cal["per_run"].values()),
+             " / ".join(_f(sets[w]["turns"][m]["turns_per_success"], 1) for w in sets)] for m in models]
+    rows += [[f"oracle {words.get(m, m)}", _f(c["ece"]), _f(c["brier"]), "", ""]
+             for m, c in (cal.get("oracle") or {}).items()]
+    return [f"Calibration of the submitted confidence on {' + '.join(cal['sets'])} episodes (10 bins), and turns "
+            f"per success ({' / '.join(sets)}):", "",
+            *_table(["model", "ECE pooled", "Brier pooled", "ECE per seed", "turns per success"], rows), ""]
+
+
+def pooled_markdown(pooled: dict[str, Any], words: Mapping[str, str], image: str | None = None) -> str:
+    """The body of the docs block `splits:pooled`; `image` is the plot's path relative to the docs file."""
+    names = [words.get(m, m) for m in pooled["models"]]
+    lines = _intro(pooled, words, image) + _success_lines(pooled, words) + _paired_lines(pooled, words)
+    lines += _calibration_lines(pooled, words)
+    for key, what in (("by_kind", "drift kind (an episode counts once per fired kind)"), ("by_language", "language")):
+        lines += [f"Success per {what}, pooled over seeds:", "",
+                  *_table(["set · group", "episodes", *names], _group_rows(pooled, key, pooled["models"])), ""]
+    rows = [[t["target"], t["measured"], t["status"] + (f" ({t['note']})" if t["note"] else "")]
+            for t in pooled["targets"]]
+    return "\n".join([*lines, "Targets of the experiment (points):", "", *_table(["target", "measured", "status"], rows)])
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
