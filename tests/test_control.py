@@ -298,6 +298,7 @@ def test_raft_refuses_a_run_without_grpo_metrics_or_an_evaluation(tmp_path):
 @pytest.mark.slow
 def test_raft_samples_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     """The miniature finished run (one 2-second GRPO step in stage 1), then RAFT with one group a round."""
+    import itertools
     import math
 
     from cells.bench.raft import raft_first_seed, run_raft
@@ -305,14 +306,15 @@ def test_raft_samples_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     profile = get_profile("cpu-smoke")
     run, cases = _finished_run(tmp_path)
 
-    out = run_raft(run, round_groups=1)
+    ticks = itertools.count(0.0, 10.0)  # a clock on which every phase takes 10 s: one round spends GRPO's 2 s
+    out = run_raft(run, round_groups=1, clock=lambda: next(ticks))
 
     saved = json.loads((run / "eval_raft_control.json").read_text())
     assert saved["eval_spec"]["cases"] == [dataclasses.asdict(c) for c in cases]  # the run's own seeds
     tally = saved["control"]
     assert tally["kind"] == "raft" and tally["grpo_seconds"] == pytest.approx(2.0)
     assert tally["grpo_episodes"] == profile.prompts_per_step * profile.num_generations
-    # one round of one group: its sampling alone outlasts half of GRPO's 2 s on this untrained model
+    # one round of one group: on that clock it outlasts GRPO's 2 s, so no second round starts
     assert tally["rounds"] == 1 and tally["episodes"] == profile.num_generations
     assert tally["stages"]["1"]["first_seed"] == raft_first_seed(1) and tally["seconds"] > 0
     assert 0 <= tally["kept"] <= tally["episodes"]
