@@ -110,27 +110,33 @@ def _pairs(baseline: Iterable[EvalRecord], final: Iterable[EvalRecord]) -> list[
     return [(base[k], fin[k]) for k in sorted(base)]
 
 
+def sign_flip_p_value(final: np.ndarray, baseline: np.ndarray, permutations: int, rng: np.random.Generator) -> float:
+    """Two-sided p of the mean paired difference under random sign flips of each pair (`scipy.stats.
+    permutation_test`, `permutation_type="samples"`; exact when 2**n <= permutations); 1.0 when every
+    difference is zero."""
+    from scipy import stats
+
+    if np.all(final == baseline):
+        return 1.0
+    res = stats.permutation_test(
+        (final, baseline), lambda x, y, axis=-1: np.mean(x - y, axis=axis), permutation_type="samples",
+        vectorized=True, n_resamples=permutations, alternative="two-sided", rng=rng,
+    )
+    return float(res.pvalue)
+
+
 def paired_difference(
     baseline: Iterable[EvalRecord], final: Iterable[EvalRecord], *, metric: str = "reward",
     resamples: int = 1000, seed: int = 0, permutations: int = PERMUTATIONS,
 ) -> dict[str, Any]:
     """Mean of final − baseline over matched keys, its bootstrap CI and a permutation p-value
     (`permutations` random sign flips, or all 2**n when that is fewer; smallest p is 1/(permutations+1))."""
-    from scipy import stats
-
     pairs = _pairs(baseline, final)
     b = np.array([float(getattr(p[0], metric)) for p in pairs])
     f = np.array([float(getattr(p[1], metric)) for p in pairs])
     d = f - b
     diff = mean_ci(d, resamples=resamples, seed=seed, tag=f"paired/{metric}")
-    if np.all(d == 0):
-        p_value = 1.0
-    else:
-        res = stats.permutation_test(
-            (f, b), lambda x, y, axis=-1: np.mean(x - y, axis=axis), permutation_type="samples",
-            vectorized=True, n_resamples=permutations, alternative="two-sided", rng=_rng(seed, "perm", metric),
-        )
-        p_value = float(res.pvalue)
+    p_value = sign_flip_p_value(f, b, permutations, _rng(seed, "perm", metric))
     return {
         "metric": metric, "n_pairs": len(pairs), "baseline_mean": float(b.mean()), "final_mean": float(f.mean()),
         "diff": diff.to_dict(), "p_value": p_value, "test": PAIRED_TEST, "permutations": permutations,
@@ -269,21 +275,7 @@ def by_policy(records: Iterable[EvalRecord]) -> dict[str, list[EvalRecord]]:
     return dict(sorted(out.items()))
 
 
-
 STRATIFIED_TEST = "two-sided paired sign-flip permutation test on the pooled mean difference"
-
-
-def _sign_flip_p(d: np.ndarray, permutations: int, rng: np.random.Generator, chunk: int = 1000) -> float:
-    """Monte-Carlo p of |mean(d)| under random sign flips; flipping each pair alone is already stratified."""
-    if np.all(d == 0):
-        return 1.0
-    observed, hits, done = abs(float(d.mean())), 0, 0
-    while done < permutations:
-        size = min(chunk, permutations - done)  # chunks keep (resamples, pairs) arrays small at 1000+ pairs
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, d.size))
-        hits += int((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum())
-        done += size
-    return (hits + 1) / (permutations + 1)
 
 
 def stratified_paired_difference(
@@ -296,10 +288,12 @@ def stratified_paired_difference(
     if not strata:
         raise SeedMismatchError("no strata to pool: pass at least one (baseline, final) pair of record lists")
     diffs: dict[str, np.ndarray] = {}
+    finals, baselines = [], []
     for label in sorted(strata):  # sorted: the same draws whatever order the caller built the mapping in
-        base, fin = strata[label]
-        pairs = _pairs(base, fin)
-        diffs[label] = np.array([float(getattr(f, metric)) - float(getattr(b, metric)) for b, f in pairs])
+        pairs = _pairs(*strata[label])
+        baselines.append(np.array([float(getattr(b, metric)) for b, _ in pairs]))
+        finals.append(np.array([float(getattr(f, metric)) for _, f in pairs]))
+        diffs[label] = finals[-1] - baselines[-1]
     d = np.concatenate(list(diffs.values()))
     value = float(d.mean())
     rng = _rng(seed, "stratified", metric)
@@ -315,7 +309,9 @@ def stratified_paired_difference(
     return {
         "metric": metric, "n_pairs": int(d.size), "strata": {k: int(v.size) for k, v in diffs.items()},
         "baseline_mean": b_mean, "final_mean": b_mean + value, "diff": Estimate(value, low, high, int(d.size)).to_dict(),
-        "p_value": _sign_flip_p(d, permutations, rng), "test": STRATIFIED_TEST, "permutations": permutations,
+        # flipping the sign of each pair alone already keeps every stratum's pairs in it
+        "p_value": sign_flip_p_value(np.concatenate(finals), np.concatenate(baselines), permutations, rng),
+        "test": STRATIFIED_TEST, "permutations": permutations,
         "resamples": resamples, "bootstrap": "percentile; pairs resampled within each stratum",
     }
 
