@@ -28,7 +28,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cells.distributed import is_main_process
 
     ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh, model=args.model,
-              seed=args.seed)
+              seed=args.seed, knobs=args.set or ())
     if not is_main_process():  # several processes: the main one reports (cells.distributed)
         return 0
     total = sum(ctx.timings.values())
@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--model", default=None,
                        help="replace the profile's pretrained model: a Hub id, a local directory, a .gguf file or a "
                             "packaged model (cpu-gemma, colab-*)")
+    p_run.add_argument("--set", action="append", metavar="KNOB=VALUE",
+                       help="replace one knob of the profile for an experiment (repeatable; the value as JSON, e.g. "
+                            "--set learning_rate=0.003 --set grpo_resample_on=success); use its own --run-dir")
     p_run.add_argument("--seed", type=int, default=None,
                        help="replace the profile's seed (RNGs, data order, the tiny model's build; held-out seeds stay "
                             "frozen), e.g. a second run with --run-dir runs/cpu-learn-seed2 to see how far results move")

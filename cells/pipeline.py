@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,17 +151,18 @@ def parse_step_range(spec: str | None) -> tuple[int, ...]:
 
 
 def make_context(profile_name: str, run_dir: str | Path | None = None, fresh: bool = False,
-                 model: str | None = None, seed: int | None = None) -> Context:
+                 model: str | None = None, seed: int | None = None, knobs: Sequence[str] = ()) -> Context:
     """Build a new Context for `profile_name` (run_dir defaults to the profile's).
 
     `fresh=True` makes the training steps start over instead of reusing `run_dir/training/`. `model` replaces
     the profile's `model_id` (a Hub id, directory, .gguf file or packaged model) for profiles that load one.
     `seed` replaces the profile's `seed` (RNGs, data order, the tiny model's build, bootstrap resamples; the
     held-out and probe seeds stay the frozen ones), e.g. to measure how far a result moves between seeds.
+    `knobs` (`KNOB=VALUE` strings, `step_02_profiles.with_knobs`) change single knobs for an experiment.
     """
-    from cells.step_02_profiles import ProfileError, get_profile
+    from cells.step_02_profiles import ProfileError, get_profile, with_knobs
 
-    profile = get_profile(profile_name)
+    profile = with_knobs(get_profile(profile_name), knobs)
     if model is not None:
         if profile.model_id is None:
             raise ProfileError(f"profile {profile_name!r} builds the tiny local model; --model needs a profile that "
@@ -281,11 +283,11 @@ def _merge_json(path: Path, values: dict[str, float], keep_saved: Collection[str
 
 
 def run(profile: str, steps: str | None = None, run_dir: str | Path | None = None, fresh: bool = False,
-        model: str | None = None, seed: int | None = None) -> Context:
+        model: str | None = None, seed: int | None = None, knobs: Sequence[str] = ()) -> Context:
     """Run the registered steps (all by default) for `profile` (its model replaced by `model`, its seed by
-    `seed`) and return the final Context."""
+    `seed`, single knobs by `knobs`: `KNOB=VALUE`) and return the final Context."""
     numbers = parse_step_range(steps)
-    ctx = make_context(profile, run_dir, fresh=fresh, model=model, seed=seed)
+    ctx = make_context(profile, run_dir, fresh=fresh, model=model, seed=seed, knobs=knobs)
     check_device(ctx.profile)
     check_run_dir(ctx, numbers)
     # Several processes (`cells.distributed`): the others print nothing (the main one prints the same lines;

@@ -69,6 +69,10 @@ class SeedRange:
 # without signal after a few fresh draws is a policy that solves all or none of them, and each replay costs a
 # whole group's rollout (`cells.modeling.grpo_batch.replacement_step`).
 MAX_RESAMPLE_ROUNDS = 8
+# What makes a group worth replacing (`grpo_resample_on`): "reward", its G rewards are all equal (no gradient at
+# all); "success", its G episodes all succeed or all fail (a gradient from partial credit and penalties only, none
+# towards booking what the user asked for): DAPO's accuracy filter, on the judge's r_task.
+RESAMPLE_CRITERIA = ("reward", "success")
 
 TRAIN_SEEDS = SeedRange("train", 0, 800_000_000)
 PROBE_SEEDS = SeedRange("probe", 800_000_000, 900_000_000)
@@ -176,6 +180,9 @@ class Profile:
     grpo_resample_rounds: int = knob(
         0, scope="grpo", help="dynamic sampling: a group whose G rewards are all equal (no gradient) is replaced by a "
                               "fresh episode and played again, up to this many times per step (0: off, at most 8)")
+    grpo_resample_on: str = knob(
+        "reward", scope="grpo", help="what dynamic sampling replaces: `reward`, a group whose G rewards are all equal; "
+                                     "`success`, a group whose G episodes all succeed or all fail (r_task)")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -242,6 +249,9 @@ class Profile:
     seed: int = knob(1234, help="seeds RNGs, data order and the tiny model's build")
     run_root: str = knob("runs", scope="run", help="run dirs default to `<run_root>/<name>`")
     precision: str = knob("fp32", help="fp32 | bf16 | fp16")
+    knobs_set: tuple[str, ...] = knob(
+        (), scope="run", help="the `python -m cells run --set KNOB=VALUE` changes the run was made with, in order "
+                              "(reapplied when the run is reloaded: its controls and diagnoses use them)")
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -287,6 +297,9 @@ class Profile:
         if not 0 <= self.grpo_resample_rounds <= MAX_RESAMPLE_ROUNDS:
             raise ProfileError(f"profile {self.name!r}: grpo_resample_rounds must be in [0, {MAX_RESAMPLE_ROUNDS}], "
                                f"got {self.grpo_resample_rounds}")
+        if self.grpo_resample_on not in RESAMPLE_CRITERIA:
+            raise ProfileError(f"profile {self.name!r}: grpo_resample_on must be one of {RESAMPLE_CRITERIA}, got "
+                               f"{self.grpo_resample_on!r}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")
@@ -502,6 +515,40 @@ PRESET_NOTES: dict[str, tuple[str, str]] = {
 }
 
 
+def _as_tuples(value: Any) -> Any:
+    """JSON lists as the tuples a frozen profile holds, at every depth (e.g. `language_weights`)."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def with_knobs(profile: Profile, settings: Sequence[str]) -> Profile:
+    """`profile` with each `KNOB=VALUE` of `settings` applied (`python -m cells run --set`): the value is read as
+    JSON (numbers, true/false, lists), else as a plain string; the profile's own checks then run on the result."""
+    fields = {f.name for f in dataclasses.fields(Profile)}
+    changes: dict[str, Any] = {}
+    for item in settings:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ProfileError(f"--set wants KNOB=VALUE, got {item!r}")
+        if name not in fields or name in ("name", "knobs_set"):
+            raise ProfileError(f"--set {name}: no such knob; `python -m cells profiles` lists them")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        default = getattr(profile, name)
+        if isinstance(default, tuple) and isinstance(value, list):
+            value = _as_tuples(value)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if default is not None and type(value) is not type(default):
+            raise ProfileError(f"--set {name}={raw}: expected a {type(default).__name__} like {default!r}")
+        changes[name] = value
+    if not changes:
+        return profile
+    return dataclasses.replace(profile, **changes, knobs_set=(*profile.knobs_set, *settings))
+
+
 def get_profile(name: str) -> Profile:
     """Return the preset called `name`; unknown names list the valid ones."""
     try:
@@ -552,14 +599,16 @@ RUN_OVERRIDES: tuple[str, ...] = ("model_id", "seed")
 
 def load_run_profile(run_dir: str | Path) -> Profile:
     """The profile a finished run used: the preset named in `<run_dir>/profile.json` with that run's `--model` and
-    `--seed` (`RUN_OVERRIDES`). Why not the preset alone: a `--seed 2` run reloaded as its preset would rebuild
-    the tiny model's cache under seed 1234's key and draw its RNGs from the wrong seed."""
+    `--seed` (`RUN_OVERRIDES`) and its `--set` changes (`knobs_set`, reapplied). Why not the preset alone: a
+    `--seed 2` run reloaded as its preset would rebuild the tiny model's cache under seed 1234's key and draw its
+    RNGs from the wrong seed; a `--set` run's controls would match another recipe."""
     path = Path(run_dir) / "profile.json"
     if not path.is_file():
         raise ProfileError(f"{path} is missing: run the pipeline (step 2 writes it) for {run_dir} first")
     saved = json.loads(path.read_text(encoding="utf-8"))
     profile = get_profile(saved["name"])
-    return dataclasses.replace(profile, **{key: saved[key] for key in RUN_OVERRIDES if key in saved})
+    profile = dataclasses.replace(profile, **{key: saved[key] for key in RUN_OVERRIDES if key in saved})
+    return with_knobs(profile, saved.get("knobs_set", []))
 
 
 def run(ctx: Context) -> Context:

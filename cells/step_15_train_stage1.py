@@ -145,6 +145,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         adaptive_kl_target=ctx.profile.adaptive_kl_target,
         adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
         resample_rounds=ctx.profile.grpo_resample_rounds,
+        resample_on=ctx.profile.grpo_resample_on,
         group_labels=pattern_set_labels(ctx.profile),
         callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
     )

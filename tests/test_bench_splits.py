@@ -11,8 +11,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cells.bench import splits
-from cells.evaluation import split_pool, stats
-from cells.evaluation.records import EvalRecord, save_records_jsonl
+from cells.evaluation import split_pool, split_report, stats
+from cells.evaluation.records import EvalRecord, load_records_jsonl, save_records_jsonl
 from cells.step_02_profiles import get_profile
 
 
@@ -174,6 +174,28 @@ def test_pool_over_seeds_reads_records_pairs_within_seeds_and_writes_json(tmp_pa
     assert pooled == splits.pool_splits(runs, oracle, out=tmp_path / "again.json")  # seeded: identical
 
 
+def test_pooled_success_per_withheld_pattern_counts_only_the_sets_own_patterns(tmp_path):
+    """A reinforced episode that also fires a demonstrated pattern counts under its reinforced pattern only."""
+    cases = _cases(4)
+    own, other = "restaurant_min_order_raised", "airline_passenger_count_required"  # reinforced; demonstrated
+    runs = []
+    for i, name in enumerate(("a", "b")):
+        out = _outcomes(4, dict.fromkeys(SETS, 0.5), dict.fromkeys(SETS, 1.0))
+        run = _write_run(tmp_path, name, 1234 + i, out, cases)
+        recs = [dataclasses.replace(r, drift_patterns=(own, other), drift_kinds=("tnc", "schema"),
+                                    drift_latencies=(1, 1)) if r.policy.startswith("reinforced/") else r
+                for r in load_records_jsonl(run / split_pool.RECORDS_FILE)]
+        save_records_jsonl(recs, run / split_pool.RECORDS_FILE)
+        runs.append(run)
+    pooled = splits.pool_splits(runs, out=tmp_path / "pooled.json")
+    rein = pooled["sets"]["reinforced"]["by_pattern"]
+    assert rein["trained"] == {own: {"n": 8, "successes": 8, "rate": 1.0}}
+    assert rein["warm_start"] == {own: {"n": 8, "successes": 4, "rate": 0.5}}
+    assert "by_pattern" not in pooled["sets"]["demonstrated"]  # the demonstrated set is what the warm start does
+    text = split_report.pooled_markdown(pooled, splits.MODEL_WORDS)
+    assert f"| reinforced · {own} | 8 | 50% | 100% |" in text and f"· {other}" not in text
+
+
 def test_pool_refuses_other_cases_other_splits_and_runs_without_records(tmp_path):
     runs = _three_runs(tmp_path / "runs")
     out = _outcomes(40, GOOD["warm"], GOOD["trained"])
@@ -242,6 +264,12 @@ def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
     assert docs.read_text() == first and first.count("splits:pooled:begin") == 1 and "stale" not in first
     assert first.startswith("# Results\n\nbefore\n\n<!-- splits:pooled:begin") and first.endswith("\n\nafter\n")
     assert "![success per pattern set, pooled over seeds](results/splits_pooled.png)" in first
+    readme = tmp_path / "README.md"
+    readme.write_text("# X\n\n<!-- splits:glance:begin -->\n<!-- splits:glance:end -->\n\nrest\n")
+    splits.write_pooled_docs(pooled, docs, png, readme=readme)
+    glance = readme.read_text()
+    assert glance.endswith("\n\nrest\n") and "at commit" not in glance and "over 3 training seeds" in glance
+    assert "| reinforced | 40.0% [" in glance and "| +20.0% [" in glance and "4 of 4 of the experiment's targets" in glance
     for text in ("| reinforced | +20.0% [", "GRPO − warm start", "GRPO − SFT-only control", "| reinforced | cpu-rl-s1235 |",
                  "| reinforced · pricing |", "| unseen · hinglish |", "| PASS |", "--pool", "ECE pooled"):
         assert text in first, text

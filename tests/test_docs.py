@@ -5,7 +5,8 @@
   the repository; run history with commit ids lives in `docs/experiments/`.
 - Every relative link in README.md and in `docs/*.md` resolves, anchors included, and every
   `docs/design.md#...` reference in the code names a section that exists.
-- The README's results-at-a-glance block is what `python -m cells results` writes from `docs/results.md`.
+- The README's results-at-a-glance block is what `python -m cells results` writes from `docs/results.md`, and its
+  split glance what `python -m cells splits --pool --docs` writes from `docs/results/splits_pooled.json`.
 """
 
 from __future__ import annotations
@@ -119,6 +120,22 @@ def test_the_readme_glance_is_what_the_results_command_writes():
     assert strip_date.sub("", written) == strip_date.sub("", expected), (
         "the README's glance block is stale: run `python -m cells results` (or `make results`)")
     assert len(docblocks.markers(GLANCE, "x")) == 2 and written.count("\n") + 2 <= 15
+
+
+def test_the_readme_split_glance_is_what_the_pooled_splits_command_writes():
+    import json
+
+    from cells.bench.splits import GLANCE, POOLED_JSON, glance_block
+    from cells.evaluation import docblocks
+
+    written = docblocks.block_body(README.read_text(encoding="utf-8"), GLANCE)
+    assert written is not None, f"README.md lost its {GLANCE} markers"
+    pooled = json.loads((ROOT / POOLED_JSON).read_text(encoding="utf-8"))
+    expected = docblocks.block_body(glance_block(pooled), GLANCE)
+    strip_date = re.compile(r" on \d{4}-\d{2}-\d{2} \(UTC\)")
+    assert strip_date.sub("", written) == strip_date.sub("", expected), (
+        "the README's split glance is stale: run `python -m cells splits --pool ... --docs`")
+    assert written.count("\n") + 2 <= 15
 
 
 def test_a_bench_with_docs_writes_its_printed_summary_into_its_block(tmp_path, capsys, monkeypatch):

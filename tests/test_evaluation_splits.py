@@ -7,7 +7,14 @@ import dataclasses
 
 import pytest
 
-from cells.evaluation.splits import SplitPlanError, episode_set, scheduled_set, split_cases
+from cells.evaluation.splits import (
+    SplitPlanError,
+    episode_set,
+    reach_by_pattern,
+    scheduled_patterns,
+    scheduled_set,
+    split_cases,
+)
 from cells.step_02_profiles import PROBE_SEEDS, SeedRange, get_profile
 from cells.step_06_drift import DriftPool, demonstration_pool, drift_split, reinforcement_pool
 
@@ -78,3 +85,25 @@ def test_group_size_table_gives_unbiased_pass_at_g_and_the_share_of_all_equal_gr
     assert table["2"] == {"pass_at": round((5 / 6 + 0) / 2, 4), "all_same_success": round((1 / 3 + 1) / 2, 4)}
     assert table["4"] == {"pass_at": 0.5, "all_same_success": 0.5}  # a group of all 4 draws: case 1 mixed
     assert group_size_table([], samples=4) == {}
+
+
+def test_a_pattern_plan_holds_only_cases_scheduling_it_and_reach_splits_by_the_sets_own_patterns():
+    rare = "restaurant_min_order_raised"  # reinforced in the latin split, in a few percent of drifted schedules
+    cases = split_cases(SPLIT, 3, PROBE_SEEDS, start=40_000, pattern=rare)
+    assert list(cases) == ["reinforced"] and len(cases["reinforced"]) == 3
+    assert all(rare in scheduled_patterns(c.seed, c.stage, c.language) for c in cases["reinforced"])
+    assert split_cases(SPLIT, 3, PROBE_SEEDS, start=40_000, pattern=rare) == cases  # deterministic
+    with pytest.raises(SplitPlanError, match=f"scheduling '{rare}'"):
+        split_cases(SPLIT, 1, SeedRange("tiny", 0, 1_000_000), stages=(1,), pattern=rare)
+
+    mixed = split_cases(SPLIT, 6, PROBE_SEEDS, start=40_000, sets=["reinforced"])["reinforced"]
+    per_case = [i % 3 for i in range(len(mixed))]  # successes of 2 draws each
+    table = reach_by_pattern(SPLIT, "reinforced", mixed, per_case, samples=2)
+    assert set(table) <= SPLIT.ids("reinforced") and table  # demonstrated patterns beside them are left out
+    counted = {p: [k for c, k in zip(mixed, per_case, strict=True)
+                   if p in scheduled_patterns(c.seed, c.stage, c.language)] for p in table}
+    for p, row in table.items():
+        assert row["cases"] == len(counted[p])
+        assert row["sampled_success"] == round(sum(counted[p]) / (2 * len(counted[p])), 4)
+        assert row["by_group_size"]["2"]["pass_at"] == round(sum(k > 0 for k in counted[p]) / len(counted[p]), 4)
+

@@ -211,20 +211,23 @@ def test_stages_reuse_same_knobs_refuse_changed_ones_and_fresh_starts_over(tmp_p
     assert meta.knobs["learning_rate"] == 1e-3 and meta.stage == 2
 
 
-def test_cli_passes_fresh_and_seed_through(monkeypatch):
+def test_cli_passes_fresh_seed_and_knobs_through(monkeypatch):
     import cells.pipeline
     from cells.__main__ import main
 
     seen = {}
 
-    def fake_run(profile, steps=None, run_dir=None, fresh=False, model=None, seed=None):
-        seen.update(profile=profile, steps=steps, fresh=fresh, seed=seed)
+    def fake_run(profile, steps=None, run_dir=None, fresh=False, model=None, seed=None, knobs=()):
+        seen.update(profile=profile, steps=steps, fresh=fresh, seed=seed, knobs=tuple(knobs))
         return Context(profile=SMOKE, run_dir=run_dir)
 
     monkeypatch.setattr(cells.pipeline, "run", fake_run)
-    assert main(["run", "--profile", "cpu-smoke", "--steps", "2", "--fresh", "--seed", "7"]) == 0
-    assert seen == {"profile": "cpu-smoke", "steps": "2", "fresh": True, "seed": 7}
+    assert main(["run", "--profile", "cpu-smoke", "--steps", "2", "--fresh", "--seed", "7",
+                 "--set", "learning_rate=0.003", "--set", "grpo_resample_on=success"]) == 0
+    assert seen == {"profile": "cpu-smoke", "steps": "2", "fresh": True, "seed": 7,
+                    "knobs": ("learning_rate=0.003", "grpo_resample_on=success")}
     assert main(["run", "--steps", "2"]) == 0 and seen["fresh"] is False and seen["seed"] is None
+    assert seen["knobs"] == ()
 
 
 def test_a_knob_added_later_at_its_default_does_not_refuse_an_older_checkpoint(tmp_path):

@@ -46,6 +46,7 @@ def test_unknown_profile_lists_valid_names():
     ({"copy_pretrain_max_steps": -1}, "copy_pretrain_max_steps must be >= 0"),
     ({"copy_pretrain_max_steps": 10, "warm_start_full": True, "copy_pretrain_stop_loss": 0.0}, "stop_loss"),
     ({"copy_pretrain_max_steps": 10}, "overwrite a pretrained model"),
+    ({"grpo_resample_on": "advantage"}, "grpo_resample_on must be one of"),
 ])
 def test_post_init_rejects_inconsistent_knobs(change, fragment):
     with pytest.raises(ProfileError, match=fragment):
@@ -120,6 +121,35 @@ def test_a_finished_run_is_reloaded_with_its_own_seed_and_model(tmp_path):
         load_run_profile(tmp_path / "never-ran")
 
 
+def test_set_changes_single_knobs_by_their_declared_types_and_the_run_keeps_them(tmp_path):
+    from cells.pipeline import make_context
+    from cells.step_02_profiles import run as write_profile
+    from cells.step_02_profiles import with_knobs
+
+    base = get_profile("cpu-rl")
+    changed = with_knobs(base, ["grpo_resample_on=success", "learning_rate=3e-3", "steps_per_stage=[5, 80, 10]",
+                                "adaptive_kl=false", "temperature=1"])
+    assert changed == dataclasses.replace(base, grpo_resample_on="success", learning_rate=0.003,
+                                          steps_per_stage=(5, 80, 10), adaptive_kl=False, temperature=1.0,
+                                          knobs_set=("grpo_resample_on=success", "learning_rate=3e-3",
+                                                     "steps_per_stage=[5, 80, 10]", "adaptive_kl=false",
+                                                     "temperature=1"))
+    assert with_knobs(base, []) is base
+    nested = '[[["en", 1.0]], [["hi", 2.0], ["ta", 1.0]], [["kn", 1.0]]]'
+    assert with_knobs(base, [f"language_weights={nested}"]).language_weights == (
+        (("en", 1.0),), (("hi", 2.0), ("ta", 1.0)), (("kn", 1.0),))
+    for bad, fragment in (("learning_rate", "KNOB=VALUE"), ("no_such_knob=1", "no such knob"),
+                          ("name=other", "no such knob"), ("knobs_set=[]", "no such knob"),
+                          ("num_generations=eight", "expected a int"),
+                          ("grpo_resample_on=advantage", "grpo_resample_on must be one of")):
+        with pytest.raises(ProfileError, match=fragment):
+            with_knobs(base, [bad])
+    (tmp_path / "exp").mkdir()
+    ctx = make_context("cpu-rl", tmp_path / "exp", seed=7, knobs=["grpo_resample_on=success"])
+    assert load_run_profile(write_profile(ctx).run_dir) == dataclasses.replace(
+        base, seed=7, grpo_resample_on="success", knobs_set=("grpo_resample_on=success",))
+
+
 # ---------------------------------------------------------------------------------------------- documented knobs
 def test_every_knob_is_documented_with_a_scope():
     """Each `Profile` field carries its help and scope (TRL-style field metadata), so the table can be printed."""
@@ -145,12 +175,12 @@ def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarat
     from cells.training.checkpoints import GRPO_ONLY_KNOBS, NOT_TRAINING_KNOBS
 
     assert NOT_TRAINING_KNOBS == knobs_in_scope("evaluation", "run") == {
-        "run_root", "save_every", "warm_start_eval_per_cell", "eval_episodes_per_cell", "pass_k",
+        "run_root", "knobs_set", "save_every", "warm_start_eval_per_cell", "eval_episodes_per_cell", "pass_k",
         "probe_episodes_per_policy", "bootstrap_resamples", "voice_eval_per_cell"}
     assert GRPO_ONLY_KNOBS == knobs_in_scope("grpo") == {
         "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate", "max_grad_norm",
         "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage", "grpo_failure_candidates",
-        "grpo_reinforced_share", "grpo_resample_rounds"}
+        "grpo_reinforced_share", "grpo_resample_rounds", "grpo_resample_on"}
     assert sorted(SKIPPED_KNOBS) == ["language_weights"]
 
 

@@ -468,6 +468,30 @@ def test_dynamic_sampling_replays_a_zero_variance_group_on_its_replacement_recor
     assert logged["groups/y/first_n"] == 0.0 and logged["groups/y/n"] == 0.0
 
 
+@pytest.mark.parametrize("resample_on, replayed", [("reward", False), ("success", True)])
+def test_dynamic_sampling_on_success_replaces_a_group_whose_rewards_differ_but_whose_episodes_all_fail(
+        tiny_cache, tmp_path, resample_on, replayed):
+    counter, seen = [0], []
+    # The first group's rewards differ (penalties, partial credit) but none succeeds; the next has one success.
+    rewards, tasks = [0.1, -0.2, 0.0, -0.1, 0.9, 0.0, -0.1, 0.1], [0.0] * 4 + [1.0, 0.0, 0.0, 0.0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter, tasks=tasks),
+                           resample_rounds=1, resample_on=resample_on, reward_fn_driftcall=seed_recording_reward(seen))
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(first_generation_batch(trainer))
+    logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    assert logged["groups/success_uniform_first_frac"] == 1.0 and logged["groups/zero_std_first_frac"] == 0.0
+    t = torch.tensor(rewards[4:] if replayed else rewards[:4])
+    assert torch.allclose(batch["advantages"], (t - t.mean()) / (t.std() + 1e-4), atol=1e-5)
+    assert counter[0] == (8 if replayed else 4) and logged["groups/resampled"] == float(replayed)
+    assert logged["groups/success_uniform_frac"] == (0.0 if replayed else 1.0)
+    if replayed:
+        from cells.modeling.grpo_batch import replacement_step
+
+        assert seen[4:] == [trainer.episode_dataset.seed_of(replacement_step(0, 0))] * 4
+    with pytest.raises(s14.TrainerSetupError, match="resample_on"):
+        make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), resample_on="advantage")
+
+
 def test_replacement_records_are_fixed_per_step_and_round_and_spread_over_a_cycled_seed_list():
     from cells.modeling.grpo_batch import RESAMPLE_FROM, replacement_step
 

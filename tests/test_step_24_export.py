@@ -173,6 +173,7 @@ def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes
     assert dev["played"] == 3 and dev["model"] == "trained" and set(dev["success_by_stage"]) == {"1", "2", "3"}
     assert json.loads((tmp_path / DEV_FILES[False]).read_text(encoding="utf-8"))["failures"] == dev["failures"]
     from cells.evaluation.diagnose import REACH_FILES, diagnose_reach
+    from cells.step_06_drift import drift_split
 
     with pytest.raises(DiagnoseError, match="without a drift_split"):
         diagnose_reach(tmp_path, episodes=1)
@@ -182,6 +183,13 @@ def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes
         assert block["cases"] == 2 and block["samples"] == 2 and len(block["successes_per_case"]) == 2
         assert block["pass_at_2"] >= block["sampled_success"] and 0 <= block["greedy_success"] <= 1
     assert json.loads((tmp_path / REACH_FILES[False]).read_text(encoding="utf-8")) == reach
+    rows = reach["reinforced"]["by_pattern"]
+    assert sum(r["cases"] for r in rows.values()) >= 2 and set(rows) <= drift_split("latin").ids("reinforced")
+    one = diagnose_reach(tmp_path, "latin", episodes=1, samples=2, pattern="cab_city_required")
+    assert set(one) == {"model", "split", "pattern", "reinforced"} and list(one["reinforced"]["by_pattern"]) == [
+        "cab_city_required"] and (tmp_path / "diagnose_reach_cab_city_required.json").is_file()
+    with pytest.raises(DiagnoseError, match="not in the drift catalogue"):
+        diagnose_reach(tmp_path, "latin", episodes=1, pattern="no_such_drift")
     hot = diagnose_reach(tmp_path, "latin", episodes=1, samples=2, temperature=1.5)
     assert hot["reinforced"]["temperature"] == 1.5 and (tmp_path / "diagnose_reach_t1.5.json").is_file()
     with pytest.raises(DiagnoseError, match="--temperature"):

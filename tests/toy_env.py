@@ -88,13 +88,17 @@ class ToyEnv:
 
 
 class FixedRewardEnv(ToyEnv):
-    """Like ToyEnv, but episode `i` created by the same factory gets `rewards[i % len(rewards)]`."""
+    """Like ToyEnv, but episode `i` created by the same factory gets `rewards[i % len(rewards)]` (and, with
+    `tasks`, the judge's `r_task` `tasks[i % len(tasks)]`: 1.0 a success)."""
 
-    def __init__(self, rewards: list[float], counter: list[int], turns: int = 2) -> None:
+    def __init__(self, rewards: list[float], counter: list[int], turns: int = 2,
+                 tasks: list[float] | None = None) -> None:
         super().__init__(turns=turns)
         self.fixed = rewards[counter[0] % len(rewards)]
+        self.task = None if tasks is None else tasks[counter[0] % len(tasks)]
         counter[0] += 1
 
     def episode(self) -> ToyEpisode:
         base = super().episode()
-        return dataclasses.replace(base, reward=self.fixed)
+        components = base.components if self.task is None else {**base.components, "r_task": self.task}
+        return dataclasses.replace(base, reward=self.fixed, components=components)

@@ -187,17 +187,34 @@ def pool_command(pooled: dict[str, Any]) -> str:
             + (f" --oracle {oracle['dir']}" if oracle else "") + " --docs")
 
 
-def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path = POOLED_PNG) -> Path:
-    """Draw `png` and rewrite (or append) the block `splits:pooled` of `docs`, the plot embedded."""
+GLANCE = "splits:glance"  # the README's block: `glance_block` writes it from the pooled JSON
+
+
+def glance_block(pooled: dict[str, Any]) -> str:
+    """The README's block `splits:glance` (markers included; no commit: the README names none)."""
+    from cells.evaluation.docblocks import render
+    from cells.evaluation.split_report import glance_markdown
+
+    return render(GLANCE, "python -m cells splits --pool --docs", glance_markdown(pooled, MODEL_WORDS),
+                  run_command=pool_command(pooled), commit="")
+
+
+def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path = POOLED_PNG,
+                      readme: Path | None = None) -> Path:
+    """Draw `png` and rewrite (or append) the block `splits:pooled` of `docs`, the plot embedded; with `readme`,
+    also its block `splits:glance` (which must exist there: the README's order is written by hand)."""
     import os
 
-    from cells.evaluation.docblocks import render, write_block
+    from cells.evaluation.docblocks import render, replace_block, write_block
     from cells.evaluation.split_report import plot_pooled, pooled_markdown
 
     plot_pooled(pooled, png, MODEL_WORDS)
     image = Path(os.path.relpath(png, docs.parent)).as_posix()
     block = render("splits:pooled", "python -m cells splits --pool --docs", pooled_markdown(pooled, MODEL_WORDS, image),
                    run_command=pool_command(pooled))
+    if readme is not None:
+        text = Path(readme).read_text(encoding="utf-8")
+        Path(readme).write_text(replace_block(text, GLANCE, glance_block(pooled)), encoding="utf-8")
     return write_block(docs, "splits:pooled", block)
 
 
@@ -220,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in pooled["targets"]:
             print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
         if args.docs:
-            print(f"wrote {write_pooled_docs(pooled)} and {POOLED_PNG}")
+            print(f"wrote {write_pooled_docs(pooled, readme=Path('README.md'))}, {POOLED_PNG} and README.md")
         return 0
     result = evaluate_split(Path(args.run_dir), args.per_set, args.split)
     print(splits_markdown(result))

@@ -41,8 +41,10 @@ and tuning on them would inflate every figure. Writes `diagnose_dev.json` (or `d
 sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on `--episodes` development cases of each of
 the split's reinforced and unseen sets, and of its demonstrated set for comparison (`split_cases` from
 `REACH_CASES_FROM` of the probe range), greedy success, mean sampled success and pass@G at the profile's GRPO
-temperature (G: `--samples`, default the profile's `num_generations`). The split defaults to the run's
-`drift_split`. Writes `diagnose_reach.json` (or `diagnose_reach_warm_start.json`).
+temperature (G: `--samples`, default the profile's `num_generations`), in all and per pattern of each set (a set's
+few patterns can range from reachable to never solved). The split defaults to the run's `drift_split`.
+`--pattern P` plays only cases whose schedule holds pattern P (a rare one is missed by a small plan). Writes
+`diagnose_reach.json` (or `diagnose_reach_warm_start.json`; `_t<T>` with `--temperature`, `_<P>` with `--pattern`).
 """
 
 from __future__ import annotations
@@ -445,18 +447,24 @@ REACH_FILES = {False: "diagnose_reach.json", True: "diagnose_reach_warm_start.js
 
 
 def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int = 60, samples: int | None = None,
-                   warm_start: bool = False, temperature: float | None = None) -> dict[str, Any]:
-    """`reachability` per pattern set of a drift split on development cases; write and return
-    `REACH_FILES[warm_start]` (with `_t<temperature>` before `.json` when a sampling temperature other than the
-    profile's is tried)."""
+                   warm_start: bool = False, temperature: float | None = None,
+                   pattern: str | None = None) -> dict[str, Any]:
+    """`reachability` per pattern set of a drift split on development cases, and per pattern of each set; write
+    and return `REACH_FILES[warm_start]` (with `_t<temperature>` before `.json` when a sampling temperature other
+    than the profile's is tried, `_<pattern>` when only cases scheduling `pattern` are played)."""
     import dataclasses
 
-    from cells.evaluation.splits import reachability, split_cases
+    from cells.evaluation.splits import reach_by_pattern, reachability, split_cases
     from cells.step_02_profiles import PROBE_SEEDS
-    from cells.step_06_drift import PATTERN_SETS, drift_split
+    from cells.step_06_drift import drift_split, pattern_by_id
 
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
+    if pattern is not None:
+        try:
+            pattern_by_id(pattern)
+        except KeyError as err:
+            raise DiagnoseError(f"--pattern {pattern!r} is not in the drift catalogue (cells/data/drifts.yaml)") from err
     run_dir = Path(run_dir)
     profile, model, tokenizer = model_to_play(run_dir, warm_start)
     if temperature is not None:
@@ -468,12 +476,16 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
         raise DiagnoseError(f"{run_dir} was trained without a drift_split: name one with --split (e.g. latin)")
     split = drift_split(name)
     g = samples or profile.num_generations
-    cases = split_cases(split, episodes, PROBE_SEEDS, start=REACH_CASES_FROM)
-    summary: dict[str, Any] = {"model": "warm start" if warm_start else "trained", "split": name}
-    for which in PATTERN_SETS:
-        summary[which] = reachability(model, tokenizer, cases[which], profile, g)
-    out = REACH_FILES[warm_start] if temperature is None else REACH_FILES[warm_start].replace(
-        ".json", f"_t{temperature:g}.json")
+    cases = split_cases(split, episodes, PROBE_SEEDS, start=REACH_CASES_FROM, pattern=pattern)
+    summary: dict[str, Any] = {"model": "warm start" if warm_start else "trained", "split": name, "pattern": pattern}
+    for which, planned in cases.items():
+        summary[which] = reachability(model, tokenizer, planned, profile, g)
+        summary[which]["by_pattern"] = reach_by_pattern(split, which, planned, summary[which]["successes_per_case"], g)
+    out = REACH_FILES[warm_start]
+    if temperature is not None:
+        out = out.replace(".json", f"_t{temperature:g}.json")
+    if pattern is not None:
+        out = out.replace(".json", f"_{pattern}.json")
     (run_dir / out).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
@@ -505,15 +517,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --reach: G, samples per case (default: the run's num_generations)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="with --reach: the sampling temperature to try (default: the run's GRPO temperature)")
+    parser.add_argument("--pattern", default=None,
+                        help="with --reach: only development cases whose schedule holds this drift pattern id")
     args = parser.parse_args(argv)
     if args.warm_start and not (args.refusals or args.dev or args.reach):
         parser.error("--warm-start goes with --refusals, --dev or --reach (the default diagnosis already plays the "
                      "warm start)")
-    if (args.split or args.samples or args.temperature) and not args.reach:
-        parser.error("--split, --samples and --temperature go with --reach")
+    if (args.split or args.samples or args.temperature or args.pattern) and not args.reach:
+        parser.error("--split, --samples, --temperature and --pattern go with --reach")
     if args.reach:
         reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start,
-                               args.temperature)
+                               args.temperature, args.pattern)
         print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)
                           for k, v in reach.items()}, indent=1))
     elif args.dev:

@@ -13,6 +13,8 @@ per `--seed`), checked to be comparable, then success, paired differences, calib
 - The oracle (a run with every pattern demonstrated, e.g. cpu-learn played with `--split latin`) is a
   different recipe: its success is reported beside the pooled models, unpaired, and paired with GRPO per seed
   only when its case lists are the seeds' (`same_cases`).
+- Per set: success per drift kind and per language; for the withheld sets also per pattern of the set (`by_pattern`:
+  which withheld recovery a method learnt, since a set's few patterns can differ in opposite directions).
 - `targets(pooled)`: the drift-split experiment's targets as PASS / MISS / NO DATA, computed from the pooled data.
 """
 
@@ -164,6 +166,15 @@ def _brief_calibration(records: Sequence[EvalRecord]) -> dict[str, Any]:
     return {"n": cal["n"], "ece": cal["ece"], "brier": cal["brier"]}
 
 
+def _own_patterns(by_pattern: dict[str, dict[str, Any]], split: str, which: str) -> dict[str, dict[str, Any]]:
+    """The rows of `by_pattern` whose pattern belongs to set `which` of `split` (an episode of a withheld set can
+    also fire demonstrated patterns: those rows say nothing about the withheld recovery)."""
+    from cells.step_06_drift import drift_split
+
+    own = drift_split(split).ids(which)
+    return {p: row for p, row in by_pattern.items() if p in own}
+
+
 def _set_block(which: str, runs: Sequence[SplitRun], models: list[str], oracle: SplitRun | None,
                same_cases: bool, resamples: int) -> dict[str, Any]:
     from cells.evaluation import stats
@@ -189,6 +200,9 @@ def _set_block(which: str, runs: Sequence[SplitRun], models: list[str], oracle: 
     block["turns"] = {m: stats.turns_per_success(pooled_recs[m]) for m in models}
     block["by_kind"] = {m: stats.success_by_group(pooled_recs[m], "drift_kind") for m in models}
     block["by_language"] = {m: stats.success_by_group(pooled_recs[m], "language") for m in models}
+    if which in WITHHELD:  # where a difference between the methods comes from, pattern by pattern
+        block["by_pattern"] = {m: _own_patterns(stats.success_by_group(pooled_recs[m], "pattern"), runs[0].split,
+                                                which) for m in models}
     if oracle is not None:
         block["oracle"] = {m: stats.success_ci([x.success for x in recs]).to_dict()
                            for m, recs in oracle.records[which].items()}

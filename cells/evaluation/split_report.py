@@ -78,7 +78,7 @@ def _group_rows(pooled: dict[str, Any], key: str, models: list[str]) -> list[lis
     """Rows `set · group`, episodes, success per model (with its own count where a model played fewer seeds)."""
     rows = []
     for which, block in pooled["sets"].items():
-        for g in sorted({g for m in models for g in block[key].get(m, {})}):
+        for g in sorted({g for m in models for g in block.get(key, {}).get(m, {})}):
             cells = [block[key].get(m, {}).get(g) for m in models]
             n = next((c["n"] for c in cells if c), 0)
             rows.append([f"{which} · {g}", str(n)] + ["n/a" if c is None else f"{100 * c['rate']:.0f}%"
@@ -100,11 +100,16 @@ def _intro(pooled: dict[str, Any], words: Mapping[str, str], image: str | None) 
     return lines + ([f"![success per pattern set, pooled over seeds]({image})", ""] if image else [])
 
 
+def _success_cells(pooled: dict[str, Any], block: Mapping[str, Any]) -> list[str]:
+    """One pattern set's pooled success per model, then the oracle's when the pool has one."""
+    return ([_pct(block["success"][m]["pooled"]) for m in pooled["models"]]
+            + ([_pct(block.get("oracle", {}).get(ORACLE_MODEL))] if pooled.get("oracle") else []))
+
+
 def _success_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str]:
     models, sets, oracle = pooled["models"], pooled["sets"], pooled.get("oracle")
     head = ["pattern set"] + [words.get(m, m) for m in models] + ([f"oracle ({oracle['run']})"] if oracle else [])
-    rows = [[w] + [_pct(b["success"][m]["pooled"]) for m in models]
-            + ([_pct(b.get("oracle", {}).get(ORACLE_MODEL))] if oracle else []) for w, b in sets.items()]
+    rows = [[w, *_success_cells(pooled, b)] for w, b in sets.items()]
     return ["Success, pooled over seeds:", "", *_table(head, rows), ""]
 
 
@@ -140,9 +145,11 @@ def pooled_markdown(pooled: dict[str, Any], words: Mapping[str, str], image: str
     names = [words.get(m, m) for m in pooled["models"]]
     lines = _intro(pooled, words, image) + _success_lines(pooled, words) + _paired_lines(pooled, words)
     lines += _calibration_lines(pooled, words)
-    for key, what in (("by_kind", "drift kind (an episode counts once per fired kind)"), ("by_language", "language")):
-        lines += [f"Success per {what}, pooled over seeds:", "",
-                  *_table(["set · group", "episodes", *names], _group_rows(pooled, key, pooled["models"])), ""]
+    for key, what in (("by_kind", "drift kind (an episode counts once per fired kind)"), ("by_language", "language"),
+                      ("by_pattern", "withheld pattern (an episode counts once per fired pattern of its set)")):
+        rows = _group_rows(pooled, key, pooled["models"])
+        if rows:
+            lines += [f"Success per {what}, pooled over seeds:", "", *_table(["set · group", "episodes", *names], rows), ""]
     rows = [[t["target"], t["measured"], t["status"] + (f" ({t['note']})" if t["note"] else "")]
             for t in pooled["targets"]]
     return "\n".join([*lines, "Targets of the experiment (points):", "", *_table(["target", "measured", "status"], rows)])
@@ -150,4 +157,26 @@ def pooled_markdown(pooled: dict[str, Any], words: Mapping[str, str], image: str
 
 def _f(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+GLANCE_LINK = "docs/results.md#cpu-rl-what-grpo-adds-where-demonstrations-stop"
+
+
+def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
+    """The body of the README's block `splits:glance`: pooled success per pattern set for every model and the
+    oracle, GRPO's paired gain over the warm start, and how many of the experiment's targets pass."""
+    models, sets, oracle = pooled["models"], pooled["sets"], pooled.get("oracle")
+    head = ["pattern set"] + [words.get(m, m) for m in models] + (["oracle"] if oracle else [])
+    head.append("GRPO − warm start (paired, 95% CI)")
+    rows = [[w, *_success_cells(pooled, b),
+             _pct(b["paired"].get("trained - warm_start", {}).get("pooled", {}).get("diff"), signed=True)]
+            for w, b in sets.items()]
+    passed = sum(t["status"] == "PASS" for t in pooled["targets"])
+    seeds = len(pooled["runs"])
+    intro = (f"What GRPO adds where demonstrations stop (`cpu-rl`, drift split `{pooled['split']}`): "
+             f"{pooled['per_set']} held-out drifted episodes per pattern set and model, pooled over {seeds} training "
+             f"seed{'s' if seeds != 1 else ''}, greedy.")
+    return "\n".join([intro, "", *_table(head, rows), "",
+                      f"{passed} of {len(pooled['targets'])} of the experiment's targets pass. Per seed, per pattern, "
+                      f"calibration, the controls: [docs/results.md]({GLANCE_LINK})."])
 

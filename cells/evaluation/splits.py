@@ -12,6 +12,7 @@ how often sampling reaches a success on each set (pass@G).
 - `reachability(model, tokenizer, cases, profile, samples)`: greedy success, mean sampled success and pass@G
   (a success in at least one of G samples at the profile's GRPO temperature) over cases: what GRPO can reinforce
   at all. GRPO reweights what the policy already samples; a case no sample solves gives a zero-variance group.
+  `reach_by_pattern` breaks it down by the set's patterns; `split_cases(..., pattern=P)` plans cases of one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from cells.errors import DriftCallError
 
 SCAN_LIMIT_PER_CASE = 200  # seeds scanned per wanted case at most (the rarest set is ~5-10% of drifted seeds)
+PATTERN_SCAN_FACTOR = 10  # with one pattern wanted: the rarest withheld pattern is in ~1% of drifted seeds
 
 
 class SplitPlanError(DriftCallError, ValueError):
@@ -33,40 +35,63 @@ def episode_set(split: Any, pattern_ids: Iterable[str]) -> str | None:
     return split.episode_set(pattern_ids)
 
 
-def scheduled_set(split: Any, seed: int, stage: int, language: str) -> str | None:
-    """`episode_set` of the drifts the full catalogue schedules for `seed` at `stage` in `language`."""
+def scheduled_patterns(seed: int, stage: int, language: str) -> tuple[str, ...]:
+    """The pattern ids the full catalogue schedules for `seed` at `stage` in `language` (what evaluation plays)."""
     from cells.step_06_drift import build_schedule
     from cells.step_07_tasks import generate
 
     goal = generate(seed=seed, stage=stage, language_weights={language: 1.0})
-    return episode_set(split, (s.pattern_id for s in build_schedule(stage, seed, goal)))
+    return tuple(s.pattern_id for s in build_schedule(stage, seed, goal))
+
+
+def scheduled_set(split: Any, seed: int, stage: int, language: str) -> str | None:
+    """`episode_set` of the drifts the full catalogue schedules for `seed` at `stage` in `language`."""
+    return episode_set(split, scheduled_patterns(seed, stage, language))
 
 
 def split_cases(split: Any, per_set: int, seeds: Any, start: int = 0, stages: tuple[int, ...] = (2, 3),
-                sets: Sequence[str] | None = None) -> dict[str, tuple[Any, ...]]:
+                sets: Sequence[str] | None = None, pattern: str | None = None) -> dict[str, tuple[Any, ...]]:
     """`per_set` drifted cases per pattern set (`sets`, default all three) from `seeds` (a step-2 `SeedRange`),
-    scanned from index `start`, `stages` in turn; `SplitPlanError` when the range runs dry first."""
+    scanned from index `start`, `stages` in turn; with `pattern`, only cases whose schedule holds it (and only
+    its set); `SplitPlanError` when the range runs dry first."""
     from cells.evaluation.runner import EvalCase
     from cells.step_02_profiles import LANGUAGES
     from cells.step_06_drift import PATTERN_SETS
     from cells.step_07_tasks import generate
 
-    wanted = tuple(sets or PATTERN_SETS)
+    wanted = (split.set_of(pattern),) if pattern else tuple(sets or PATTERN_SETS)
     found: dict[str, list[Any]] = {which: [] for which in wanted}
-    limit = SCAN_LIMIT_PER_CASE * per_set * len(wanted)
+    # a single pattern is in a few percent of drifted schedules: scan further for it
+    limit = SCAN_LIMIT_PER_CASE * per_set * len(wanted) * (PATTERN_SCAN_FACTOR if pattern else 1)
     index = start
     while any(len(found[w]) < per_set for w in wanted):
         if index - start >= limit:
             short = {w: len(found[w]) for w in wanted if len(found[w]) < per_set}
             raise SplitPlanError(f"split {split.name!r}: after {limit} seeds of the {seeds.name} range from index "
-                                 f"{start}, too few cases {short} of {per_set} wanted per set")
+                                 f"{start}, too few cases {short} of {per_set} wanted per set"
+                                 + (f" scheduling {pattern!r}" if pattern else ""))
         seed, stage = seeds.seed(index), stages[(index - start) % len(stages)]
         index += 1
         language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
-        which = scheduled_set(split, seed, stage, language)
-        if which in found and len(found[which]) < per_set:
+        patterns = scheduled_patterns(seed, stage, language)
+        which = episode_set(split, patterns)
+        if which in found and len(found[which]) < per_set and (pattern is None or pattern in patterns):
             found[which].append(EvalCase(seed, stage, language))
     return {w: tuple(found[w]) for w in wanted}
+
+
+def reach_by_pattern(split: Any, which: str, cases: Sequence[Any], per_case: Sequence[int],
+                     samples: int) -> dict[str, dict[str, Any]]:
+    """Per pattern of set `which` that `cases` schedule: cases, mean sampled success and pass@G (`group_size_table`)
+    from `per_case` successes of `samples` draws. A set's few patterns can differ from reachable to never solved."""
+    own = split.ids(which)
+    groups: dict[str, list[int]] = {}
+    for case, k in zip(cases, per_case, strict=True):
+        for p in dict.fromkeys(scheduled_patterns(case.seed, case.stage, case.language)):
+            if p in own:
+                groups.setdefault(p, []).append(k)
+    return {p: {"cases": len(ks), "sampled_success": round(sum(ks) / (len(ks) * samples), 4),
+                "by_group_size": group_size_table(ks, samples)} for p, ks in sorted(groups.items())}
 
 
 def reachability(model: Any, tokenizer: Any, cases: Sequence[Any], profile: Any, samples: int) -> dict[str, Any]:

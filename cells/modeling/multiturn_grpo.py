@@ -280,6 +280,22 @@ def _zero_groups(self: Any, all_rewards: Any, num_generations: int) -> list[bool
             .view(-1, num_generations)[:, 0].tolist()]
 
 
+def _successes(episodes: list[Any]) -> list[float]:
+    """1.0 for each episode the judge counts as a success (`r_task >= 1`), else 0.0."""
+    from cells.modeling.episode_rewards import reward_components
+
+    return [1.0 if reward_components(e).get("r_task", 0.0) >= 1.0 else 0.0 for e in episodes]
+
+
+def _no_signal_groups(self: Any, all_rewards: Any, all_successes: Any, num_generations: int) -> list[bool]:
+    """Per group: what dynamic sampling replaces (`self.resample_on`): equal rewards, or with "success" also
+    a group whose episodes all succeed or all fail."""
+    zero = _zero_groups(self, all_rewards, num_generations)
+    if self.resample_on == "success":
+        zero = [a or b for a, b in zip(zero, _zero_groups(self, all_successes, num_generations), strict=True)]
+    return zero
+
+
 def _gather_rewards(self: Any, rewards: list[float]) -> Any:
     """(B * processes,) every process's rewards, in process order."""
     import torch
@@ -290,14 +306,15 @@ def _gather_rewards(self: Any, rewards: list[float]) -> Any:
 def _resample_zero_variance(self: Any, runs: list[tuple[dict[str, Any], int, int]], groups: list[int],
                             played: list[list[Any]], rewards: list[float], all_rewards: Any, num_generations: int
                             ) -> tuple[Any, int, float]:
-    """Dynamic sampling: replace each group whose G rewards are all equal by a fresh record from the episode
-    dataset and play it, up to `self.resample_rounds` times. Edits `runs`, `played` (`[episodes, trajectories]`)
-    and `rewards` in place; returns `(all_rewards, groups replaced, seconds played)`. Every process sees the
-    gathered rewards, so all agree on which groups to replay (and call `gather` as often)."""
+    """Dynamic sampling: replace each group without signal (`_no_signal_groups`: equal rewards, or with
+    `resample_on="success"` equal successes) by a fresh record from the episode dataset and play it, up to
+    `self.resample_rounds` times. Edits `runs`, `played` (`[episodes, trajectories]`) and `rewards` in place;
+    returns `(all_rewards, groups replaced, seconds played)`. Every process sees the gathered rewards and
+    successes, so all agree on which groups to replay (and call `gather` as often)."""
     replayable = self.episode_dataset is not None and all("curriculum_step" in r for r, _, _ in runs)
     replaced, seconds = 0, 0.0
     for round_ in range(self.resample_rounds if replayable else 0):
-        zero = _zero_groups(self, all_rewards, num_generations)
+        zero = _no_signal_groups(self, all_rewards, _gather_rewards(self, _successes(played[0])), num_generations)
         if not any(zero):
             break
         replaced += sum(zero)
@@ -332,7 +349,8 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     Several processes (accelerate/torchrun): each plays its own rows (part of a group, possibly), rewards
     are gathered, advantages normalised per group over the whole generation batch and each process keeps
     its slice, exactly as TRL does for single-turn GRPO. With `resample_rounds > 0` (and an episode dataset),
-    groups with zero reward variance are replaced by fresh episodes first (`_resample_zero_variance`)."""
+    groups without signal (zero reward variance; with `resample_on="success"` also all-success or all-failure)
+    are replaced by fresh episodes first (`_resample_zero_variance`)."""
 
     from cells.modeling.episode_rewards import reward_components
     from cells.modeling.grpo_batch import group_signal_metrics
@@ -350,6 +368,7 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     played = [list(episodes), list(trajectories)]
     all_rewards = _gather_rewards(self, rewards)
     first_zero = _zero_groups(self, all_rewards, g)
+    first_uniform = _zero_groups(self, _gather_rewards(self, _successes(episodes)), g)
     replaced, more_seconds = 0, 0.0
     if mode == "train" and self.resample_rounds:
         all_rewards, replaced, more_seconds = _resample_zero_variance(self, runs, groups, played, rewards, all_rewards,
@@ -368,6 +387,10 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     metrics = rollout_metrics(episodes, rewards, [reward_components(e) for e in episodes],
                               sum(final_zero) / len(final_zero), model_tokens, seconds + more_seconds, decode_steps)
     metrics["groups/zero_std_first_frac"] = sum(first_zero) / len(first_zero)
+    # groups whose episodes all succeed or all fail: a gradient from partial credit at most (`resample_on`)
+    metrics["groups/success_uniform_first_frac"] = sum(first_uniform) / len(first_uniform)
+    final_uniform = _zero_groups(self, _gather_rewards(self, _successes(episodes)), g) if replaced else first_uniform
+    metrics["groups/success_uniform_frac"] = sum(final_uniform) / len(final_uniform)
     metrics["groups/resampled"] = float(replaced)
     if labels:
         final_labels = _group_labels(self, runs, episodes, groups) if replaced else first_labels
