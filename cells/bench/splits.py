@@ -205,7 +205,7 @@ def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md
     also its block `splits:glance` (which must exist there: the README's order is written by hand)."""
     import os
 
-    from cells.evaluation.docblocks import render, replace_block, write_block
+    from cells.evaluation.docblocks import render, write_block
     from cells.evaluation.split_report import plot_pooled, pooled_markdown
 
     plot_pooled(pooled, png, MODEL_WORDS)
@@ -213,8 +213,7 @@ def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md
     block = render("splits:pooled", "python -m cells splits --pool --docs", pooled_markdown(pooled, MODEL_WORDS, image),
                    run_command=pool_command(pooled))
     if readme is not None:
-        text = Path(readme).read_text(encoding="utf-8")
-        Path(readme).write_text(replace_block(text, GLANCE, glance_block(pooled)), encoding="utf-8")
+        write_block(readme, GLANCE, glance_block(pooled), append=False)
     return write_block(docs, "splits:pooled", block)
 
 

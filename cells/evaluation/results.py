@@ -508,10 +508,8 @@ def glance_block(results_text: str) -> str:
 
 def write_glance(results_md: Path, readme: Path) -> Path:
     """Rewrite the results-at-a-glance block of `readme` from `results_md`; returns `readme`."""
-    text = Path(readme).read_text(encoding="utf-8")
     block = glance_block(Path(results_md).read_text(encoding="utf-8"))
-    Path(readme).write_text(docblocks.replace_block(text, GLANCE, block), encoding="utf-8")
-    return Path(readme)
+    return docblocks.write_block(Path(readme), GLANCE, block, append=False)
 
 
 def main(argv: list[str] | None = None) -> int:

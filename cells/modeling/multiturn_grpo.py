@@ -297,24 +297,26 @@ def _no_signal_groups(self: Any, all_rewards: Any, all_successes: Any, num_gener
 
 
 def _gather_rewards(self: Any, rewards: list[float]) -> Any:
-    """(B * processes,) every process's rewards, in process order."""
+    """(B * processes,) every process's values (rewards, or successes as 0/1), in process order."""
     import torch
 
     return self.accelerator.gather(torch.tensor(rewards, dtype=torch.float32, device=self.accelerator.device))
 
 
 def _resample_zero_variance(self: Any, runs: list[tuple[dict[str, Any], int, int]], groups: list[int],
-                            played: list[list[Any]], rewards: list[float], all_rewards: Any, num_generations: int
-                            ) -> tuple[Any, int, float]:
+                            played: list[list[Any]], rewards: list[float], successes: list[float],
+                            gathered: tuple[Any, Any], num_generations: int) -> tuple[Any, Any, int, float]:
     """Dynamic sampling: replace each group without signal (`_no_signal_groups`: equal rewards, or with
     `resample_on="success"` equal successes) by a fresh record from the episode dataset and play it, up to
-    `self.resample_rounds` times. Edits `runs`, `played` (`[episodes, trajectories]`) and `rewards` in place;
-    returns `(all_rewards, groups replaced, seconds played)`. Every process sees the gathered rewards and
-    successes, so all agree on which groups to replay (and call `gather` as often)."""
+    `self.resample_rounds` times. `gathered` is `(all_rewards, all_successes)`, every process's. Edits `runs`,
+    `played` (`[episodes, trajectories]`), `rewards` and `successes` in place; returns `(all_rewards,
+    all_successes, groups replaced, seconds played)`. Every process sees the gathered rewards and successes, so
+    all agree on which groups to replay (and call `gather` as often)."""
     replayable = self.episode_dataset is not None and all("curriculum_step" in r for r, _, _ in runs)
+    all_rewards, all_successes = gathered
     replaced, seconds = 0, 0.0
     for round_ in range(self.resample_rounds if replayable else 0):
-        zero = _no_signal_groups(self, all_rewards, _gather_rewards(self, _successes(played[0])), num_generations)
+        zero = _no_signal_groups(self, all_rewards, all_successes, num_generations)
         if not any(zero):
             break
         replaced += sum(zero)
@@ -324,16 +326,18 @@ def _resample_zero_variance(self: Any, runs: list[tuple[dict[str, Any], int, int
         episodes, trajectories, _ = _rollout(self, fresh, num_generations) if fresh else ([], [], None)
         seconds += time.perf_counter() - t0
         new_rewards = _score(self, fresh, episodes, trajectories) if fresh else []
+        new_successes = _successes(episodes)
         starts = [sum(count for _, _, count in runs[:i]) for i in range(len(runs))]
         at = 0
         for i, run in zip(redo, fresh, strict=True):
             span = slice(starts[i], starts[i] + run[2])
             played[0][span], played[1][span] = episodes[at:at + run[2]], trajectories[at:at + run[2]]
             rewards[span] = new_rewards[at:at + run[2]]
+            successes[span] = new_successes[at:at + run[2]]
             runs[i] = run
             at += run[2]
-        all_rewards = _gather_rewards(self, rewards)
-    return all_rewards, replaced, seconds
+        all_rewards, all_successes = _gather_rewards(self, rewards), _gather_rewards(self, successes)
+    return all_rewards, all_successes, replaced, seconds
 
 
 def _replacement(self: Any, record: dict[str, Any], round_: int) -> dict[str, Any]:
@@ -366,13 +370,14 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     labels = self.group_labels is not None and mode == "train"
     first_labels = _group_labels(self, runs, episodes, groups) if labels else {}
     played = [list(episodes), list(trajectories)]
-    all_rewards = _gather_rewards(self, rewards)
+    successes = _successes(episodes)
+    all_rewards, all_successes = _gather_rewards(self, rewards), _gather_rewards(self, successes)
     first_zero = _zero_groups(self, all_rewards, g)
-    first_uniform = _zero_groups(self, _gather_rewards(self, _successes(episodes)), g)
+    first_uniform = _zero_groups(self, all_successes, g)
     replaced, more_seconds = 0, 0.0
     if mode == "train" and self.resample_rounds:
-        all_rewards, replaced, more_seconds = _resample_zero_variance(self, runs, groups, played, rewards, all_rewards,
-                                                                      g)
+        all_rewards, all_successes, replaced, more_seconds = _resample_zero_variance(
+            self, runs, groups, played, rewards, successes, (all_rewards, all_successes), g)
     episodes, trajectories = played
     advantages, zero_std = group_advantages(all_rewards, g, self.scale_rewards)  # (B * processes,) each
     device = self.accelerator.device
@@ -389,7 +394,7 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     metrics["groups/zero_std_first_frac"] = sum(first_zero) / len(first_zero)
     # groups whose episodes all succeed or all fail: a gradient from partial credit at most (`resample_on`)
     metrics["groups/success_uniform_first_frac"] = sum(first_uniform) / len(first_uniform)
-    final_uniform = _zero_groups(self, _gather_rewards(self, _successes(episodes)), g) if replaced else first_uniform
+    final_uniform = _zero_groups(self, all_successes, g)
     metrics["groups/success_uniform_frac"] = sum(final_uniform) / len(final_uniform)
     metrics["groups/resampled"] = float(replaced)
     if labels:
