@@ -73,6 +73,11 @@ MAX_RESAMPLE_ROUNDS = 8
 # all); "success", its G episodes all succeed or all fail (a gradient from partial credit and penalties only, none
 # towards booking what the user asked for): DAPO's accuracy filter, on the judge's r_task.
 RESAMPLE_CRITERIA = ("reward", "success")
+# How a group's advantages are scaled (`grpo_scale_rewards`, TRL's `scale_rewards`): "group" divides by each group's
+# reward std, so a group whose rewards differ only by partial credit gets advantages as large as one with a success;
+# "batch" divides by the std over the whole step, so groups keep their relative weight; "none" does not scale
+# (Dr. GRPO's choice).
+ADVANTAGE_SCALES = ("group", "batch", "none")
 
 TRAIN_SEEDS = SeedRange("train", 0, 800_000_000)
 PROBE_SEEDS = SeedRange("probe", 800_000_000, 900_000_000)
@@ -183,6 +188,9 @@ class Profile:
     grpo_resample_on: str = knob(
         "reward", scope="grpo", help="what dynamic sampling replaces: `reward`, a group whose G rewards are all equal; "
                                      "`success`, a group whose G episodes all succeed or all fail (r_task)")
+    grpo_scale_rewards: str = knob(
+        "group", scope="grpo", help="how advantages are scaled (TRL's `scale_rewards`): `group`, by each group's reward "
+                                    "std; `batch`, by the std over the step's episodes; `none`, not at all")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -300,6 +308,9 @@ class Profile:
         if self.grpo_resample_on not in RESAMPLE_CRITERIA:
             raise ProfileError(f"profile {self.name!r}: grpo_resample_on must be one of {RESAMPLE_CRITERIA}, got "
                                f"{self.grpo_resample_on!r}")
+        if self.grpo_scale_rewards not in ADVANTAGE_SCALES:
+            raise ProfileError(f"profile {self.name!r}: grpo_scale_rewards must be one of {ADVANTAGE_SCALES}, got "
+                               f"{self.grpo_scale_rewards!r}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")

@@ -83,6 +83,7 @@ def build_grpo_config(
         "temperature": profile.temperature,
         "top_p": profile.top_p,
         "beta": BETA_KL,
+        "scale_rewards": profile.grpo_scale_rewards,
         "max_steps": max(1, profile.steps_per_stage[stage - 1]),
         "logging_steps": 1,
         "save_strategy": "steps",

@@ -47,6 +47,7 @@ def test_unknown_profile_lists_valid_names():
     ({"copy_pretrain_max_steps": 10, "warm_start_full": True, "copy_pretrain_stop_loss": 0.0}, "stop_loss"),
     ({"copy_pretrain_max_steps": 10}, "overwrite a pretrained model"),
     ({"grpo_resample_on": "advantage"}, "grpo_resample_on must be one of"),
+    ({"grpo_scale_rewards": "std"}, "grpo_scale_rewards must be one of"),
 ])
 def test_post_init_rejects_inconsistent_knobs(change, fragment):
     with pytest.raises(ProfileError, match=fragment):
@@ -180,7 +181,8 @@ def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarat
     assert GRPO_ONLY_KNOBS == knobs_in_scope("grpo") == {
         "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate", "max_grad_norm",
         "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage", "grpo_failure_candidates",
-        "grpo_reinforced_share", "grpo_resample_rounds", "grpo_resample_on"}
+        "grpo_reinforced_share", "grpo_resample_rounds", "grpo_resample_on",
+        "grpo_scale_rewards"}
     assert sorted(SKIPPED_KNOBS) == ["language_weights"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import types
@@ -30,6 +31,9 @@ def test_cpu_config_is_a_real_grpo_config(tmp_path):
     assert cfg.logging_steps == 1 and cfg.max_steps == prof.steps_per_stage[1]
     assert cfg.max_completion_length == prof.max_episode_tokens
     assert cfg.output_dir == str(tmp_path)
+    assert cfg.scale_rewards == prof.grpo_scale_rewards == "group"
+    batch = s13.build_grpo_config(dataclasses.replace(prof, grpo_scale_rewards="batch"), 2, tmp_path)
+    assert batch.scale_rewards == "batch"
 
 
 def test_overrides_win_and_bad_stage_raises(tmp_path):

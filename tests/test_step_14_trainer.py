@@ -187,7 +187,9 @@ def test_group_advantages_known_values():
     assert zero.tolist() == [False] * 4 + [True] * 4
     none, _ = group_advantages(rewards, 4, "none")
     assert torch.allclose(none[:4], torch.tensor([0.5, -0.5, 0.5, -0.5]))
-    with pytest.raises(BatchError):
+    batch, _ = group_advantages(rewards, 4, "batch")
+    assert torch.allclose(batch, torch.tensor([0.5, -0.5, 0.5, -0.5, 0, 0, 0, 0]) / (rewards.std() + 1e-4))
+    with pytest.raises(BatchError, match="scale_rewards must be one of"):
         group_advantages(rewards, 4, "bogus")
 
 
@@ -437,6 +439,22 @@ def test_advantages_per_group_from_our_rewards(tiny_cache, tmp_path):
         t = torch.tensor(group)
         expected.extend(((t - t.mean()) / (t.std() + 1e-4)).tolist())
     assert torch.allclose(adv, torch.tensor(expected), atol=1e-5)
+
+
+def test_batch_scaled_advantages_keep_a_partial_credit_group_smaller_than_a_success_group(tiny_cache, tmp_path):
+    # Group 1 holds a success (1.0 against 0.0); group 2 differs only by partial credit (0.20-0.26). Scaled per
+    # group both get the same advantages' size; scaled over the step, group 2's stay ~6x smaller.
+    counter = [0]
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.20, 0.22, 0.24, 0.26]
+    profile = dataclasses.replace(get_profile("cpu-smoke"), grpo_scale_rewards="batch")
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter), prompts_per_step=2,
+                           config={"scale_rewards": build_grpo_config(profile, 1, tmp_path).scale_rewards})
+    trainer.model.train()
+    adv = trainer._generate_and_score_completions(first_generation_batch(trainer))["advantages"]
+    t = torch.tensor(rewards)
+    means = torch.tensor([0.25] * 4 + [0.23] * 4)
+    assert torch.allclose(adv, (t - means) / (t.std() + 1e-4), atol=1e-5)
+    assert adv[:4].abs().max() > 5 * adv[4:].abs().max()
 
 
 def seed_recording_reward(seen):

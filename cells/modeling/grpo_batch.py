@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS
+from cells.step_02_profiles import ADVANTAGE_SCALES, MAX_RESAMPLE_ROUNDS
 
 ADVANTAGE_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)
 # Replacement records for zero-variance groups come from dataset indices past any curriculum step (a run has at
@@ -103,12 +103,12 @@ def group_advantages(rewards: Any, num_generations: int, scale: str = "group") -
     grouped = rewards.view(-1, num_generations)  # (B/G, G)
     mean = grouped.mean(dim=1).repeat_interleave(num_generations)  # (B,)
     group_std = grouped.std(dim=1).repeat_interleave(num_generations)  # (B,)
+    if scale not in ADVANTAGE_SCALES:
+        raise BatchError(f"scale_rewards must be one of {ADVANTAGE_SCALES}, got {scale!r}")
     if scale in ("group", "none"):
         std = group_std
-    elif scale == "batch":
+    else:  # "batch"
         std = rewards.std().expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-    else:
-        raise BatchError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
     advantages = rewards - mean
     if scale != "none":
         advantages = advantages / (std + ADVANTAGE_EPS)
