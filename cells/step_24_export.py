@@ -37,6 +37,9 @@ if TYPE_CHECKING:  # pragma: no cover
 EXPORT_SCHEMA = "driftcall.export/1"
 SIDECAR = "driftcall_export.json"
 RELOAD_CHECK_EPISODES = 3
+# What a command that plays a run's trained model says when the run has no export yet. `--steps 1-17,24` is the
+# cheap way on a development run: it trains and exports but skips the held-out evaluation (steps 18-23).
+MISSING_EXPORT_HINT = "run the pipeline through step 24 first (`--steps 1-17,24` trains and exports, skipping evaluation)"
 
 
 class ExportError(DriftCallError, RuntimeError):

@@ -455,7 +455,7 @@ def test_command_line_parses_and_runs_results_control_and_diagnose(tmp_path, cap
     assert main(["diagnose", "--run-dir", str(run)]) == 2
     assert "no full warm start" in capsys.readouterr().err
     assert main(["diagnose", "--failures", "--run-dir", str(run)]) == 2
-    assert "is missing: run the pipeline through step 24 first" in capsys.readouterr().err
+    assert "is missing: run the pipeline through step 24 first (`--steps 1-17,24`" in capsys.readouterr().err
     assert main(["diagnose", "--probe", "--run-dir", str(run)]) == 2
     assert "export is missing: run the pipeline through step 24 first" in capsys.readouterr().err
     assert main(["diagnose", "--run-dir", str(run), "--refusals", "--episodes", "5"]) == 2  # diagnose's own flags

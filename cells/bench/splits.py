@@ -44,9 +44,10 @@ def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
     from transformers import AutoModelForCausalLM
 
     from cells.evaluation.diagnose import model_to_play
+    from cells.step_24_export import MISSING_EXPORT_HINT
 
     if not (run_dir / "export").is_dir():
-        raise SplitEvalError(f"{run_dir / 'export'} is missing: run the pipeline through step 24 first")
+        raise SplitEvalError(f"{run_dir / 'export'} is missing: {MISSING_EXPORT_HINT}")
     profile, warm, tokenizer = model_to_play(run_dir, warm_start=True)
     _, trained, trained_tok = model_to_play(run_dir, warm_start=False)
     models = {"warm_start": (warm, tokenizer), "trained": (trained, trained_tok)}

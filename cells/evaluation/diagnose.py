@@ -197,11 +197,11 @@ def load_trained(run_dir: Path, needs: str) -> tuple[Any, Any, Any]:
     """The run's profile and its exported trained model (step 24) with its tokenizer, ready for greedy play;
     `needs` is the run file the caller reads besides them."""
     from cells.step_02_profiles import load_run_profile
-    from cells.step_24_export import load_export
+    from cells.step_24_export import MISSING_EXPORT_HINT, load_export
 
     for need in (needs, "export", "profile.json"):
         if not (run_dir / need).exists():
-            raise DiagnoseError(f"{run_dir / need} is missing: run the pipeline through step 24 first")
+            raise DiagnoseError(f"{run_dir / need} is missing: {MISSING_EXPORT_HINT}")
     profile = load_run_profile(run_dir)
     model, tokenizer = load_export(run_dir / "export")
     tokenizer.padding_side = "left"
