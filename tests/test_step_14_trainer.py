@@ -446,9 +446,8 @@ def test_batch_scaled_advantages_keep_a_partial_credit_group_smaller_than_a_succ
     # group both get the same advantages' size; scaled over the step, group 2's stay ~6x smaller.
     counter = [0]
     rewards = [1.0, 0.0, 0.0, 0.0, 0.20, 0.22, 0.24, 0.26]
-    profile = dataclasses.replace(get_profile("cpu-smoke"), grpo_scale_rewards="batch")
     trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter), prompts_per_step=2,
-                           config={"scale_rewards": build_grpo_config(profile, 1, tmp_path).scale_rewards})
+                           config={"scale_rewards": "batch"})
     trainer.model.train()
     adv = trainer._generate_and_score_completions(first_generation_batch(trainer))["advantages"]
     t = torch.tensor(rewards)

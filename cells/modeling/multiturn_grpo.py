@@ -296,11 +296,15 @@ def _no_signal_groups(self: Any, all_rewards: Any, all_successes: Any, num_gener
     return zero
 
 
-def _gather_rewards(self: Any, rewards: list[float]) -> Any:
-    """(B * processes,) every process's values (rewards, or successes as 0/1), in process order."""
+def _gather_scores(self: Any, rewards: list[float], successes: list[float]) -> tuple[Any, Any]:
+    """`(all_rewards, all_successes)`, each (B * processes,): every process's rewards and successes (0/1), in
+    process order, in one collective (a (B, 2) tensor gathered along the batch)."""
     import torch
 
-    return self.accelerator.gather(torch.tensor(rewards, dtype=torch.float32, device=self.accelerator.device))
+    local = torch.tensor(list(zip(rewards, successes, strict=True)), dtype=torch.float32,
+                         device=self.accelerator.device).view(-1, 2)
+    gathered = self.accelerator.gather(local)
+    return gathered[:, 0].contiguous(), gathered[:, 1].contiguous()  # contiguous: callers `.view` them by group
 
 
 def _resample_zero_variance(self: Any, runs: list[tuple[dict[str, Any], int, int]], groups: list[int],
@@ -336,7 +340,7 @@ def _resample_zero_variance(self: Any, runs: list[tuple[dict[str, Any], int, int
             successes[span] = new_successes[at:at + run[2]]
             runs[i] = run
             at += run[2]
-        all_rewards, all_successes = _gather_rewards(self, rewards), _gather_rewards(self, successes)
+        all_rewards, all_successes = _gather_scores(self, rewards, successes)
     return all_rewards, all_successes, replaced, seconds
 
 
@@ -371,7 +375,7 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
     first_labels = _group_labels(self, runs, episodes, groups) if labels else {}
     played = [list(episodes), list(trajectories)]
     successes = _successes(episodes)
-    all_rewards, all_successes = _gather_rewards(self, rewards), _gather_rewards(self, successes)
+    all_rewards, all_successes = _gather_scores(self, rewards, successes)
     first_zero = _zero_groups(self, all_rewards, g)
     first_uniform = _zero_groups(self, all_successes, g)
     replaced, more_seconds = 0, 0.0
