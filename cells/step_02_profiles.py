@@ -191,6 +191,9 @@ class Profile:
     grpo_scale_rewards: str = knob(
         "group", scope="grpo", help="how advantages are scaled (TRL's `scale_rewards`): `group`, by each group's reward "
                                     "std; `batch`, by the std over the step's episodes; `none`, not at all")
+    grpo_success_advantage: float = knob(
+        0.0, scope="grpo", help="added to the advantage of every episode that succeeded (r_task), after scaling: a "
+                                "RAFT-like pull towards the policy's own successes inside GRPO's loss (0: off)")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -224,6 +227,12 @@ class Profile:
     sft_year_turn_drills: float = knob(
         0.0, help="per expert conversation: a further search drill on a goal whose date lies in the next calendar "
                   "year (a January date asked for in December; `step_07_tasks.crosses_year`). 0 = off")
+    sft_field_drills: float = knob(
+        0.0, help="per expert conversation: a further fresh episode whose search or booking call first goes out "
+                  "without one required argument, the vendor's error names it, and the call follows again with it "
+                  "appended (no loss on the short one), cut there behind the same one-line system prompt: the "
+                  "repair a required-field drift needs, shown only at goal domains where no withheld pattern needs "
+                  "it. 0 = off")
     sft_learning_rate: float = knob(1e-4, help="warm-start learning rate")
     sft_batch_size: int = knob(0, help="conversations per SFT optimiser step; 0 = num_generations")
     sft_lr_scheduler: str = knob("constant", help="transformers scheduler name; full warm starts decay (cosine)")
@@ -311,10 +320,14 @@ class Profile:
         if self.grpo_scale_rewards not in ADVANTAGE_SCALES:
             raise ProfileError(f"profile {self.name!r}: grpo_scale_rewards must be one of {ADVANTAGE_SCALES}, got "
                                f"{self.grpo_scale_rewards!r}")
+        if self.grpo_success_advantage < 0:
+            raise ProfileError(f"profile {self.name!r}: grpo_success_advantage must be >= 0, got "
+                               f"{self.grpo_success_advantage}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")
-        for knob in ("sft_search_drills", "sft_booking_drills", "sft_recovery_drills", "sft_year_turn_drills"):
+        for knob in ("sft_search_drills", "sft_booking_drills", "sft_recovery_drills", "sft_year_turn_drills",
+                     "sft_field_drills"):
             if getattr(self, knob) < 0:
                 raise ProfileError(f"profile {self.name!r}: {knob} must be >= 0 (drills per expert conversation), "
                                    f"got {getattr(self, knob)}")

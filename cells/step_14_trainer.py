@@ -22,6 +22,8 @@
   (first draw), `groups/zero_std_frac` (what the loss saw) and, with `group_labels`, both per label are logged.
   `resample_on="success"` also replaces a group whose episodes all succeed or all fail (its gradient comes from
   partial credit and penalties only); `groups/success_uniform_first_frac` / `_frac` are logged either way.
+  `success_advantage=λ` adds λ to each successful episode's advantage after scaling (a RAFT-like pull towards the
+  policy's own successes inside the same loss; 0 = off).
 - `AdaptiveKLCallback`: `beta *= exp(clamp(kp * (kl - target) / target, +-50))`, clamped to
   `[beta_min, beta_max]`, on each log that carries `kl`; it writes the trainer's `beta` (what TRL's
   loss reads) as well as `args.beta`. With peft the reference is the adapter-disabled base model, so
@@ -251,17 +253,20 @@ def _make_driftcall_init(base_cls: type[Any]) -> Callable[..., None]:
                  adaptive_kl_target: float | None = None, adaptive_kl_kp: float = DEFAULT_KP,
                  adaptive_kl_beta_min: float = DEFAULT_BETA_MIN, adaptive_kl_beta_max: float = DEFAULT_BETA_MAX,
                  resample_rounds: int = 0, resample_on: str = "reward", group_labels: Any = None,
-                 **kwargs: Any) -> None:
+                 success_advantage: float = 0.0, **kwargs: Any) -> None:
         from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS, RESAMPLE_CRITERIA
 
         if not 0 <= int(resample_rounds) <= MAX_RESAMPLE_ROUNDS:
             raise TrainerSetupError(f"resample_rounds must be in [0, {MAX_RESAMPLE_ROUNDS}], got {resample_rounds!r}")
         if resample_on not in RESAMPLE_CRITERIA:
             raise TrainerSetupError(f"resample_on must be one of {RESAMPLE_CRITERIA}, got {resample_on!r}")
+        if success_advantage < 0:
+            raise TrainerSetupError(f"success_advantage must be >= 0, got {success_advantage!r}")
         kwargs.setdefault("reward_funcs", [_placeholder_reward])
         self.resample_rounds = int(resample_rounds)  # dynamic sampling: replays of a zero-variance group per step
         self.resample_on = resample_on  # which groups count as without signal: equal rewards, or equal successes
         self.group_labels = group_labels  # a grpo_batch.GroupLabels: per-label zero-variance counts in the logs
+        self.success_advantage = float(success_advantage)  # added to each successful episode's advantage
         self.episode_dataset = None
         if isinstance(kwargs.get("train_dataset"), EpisodeDatasetAdapter):
             self.episode_dataset = kwargs["train_dataset"]

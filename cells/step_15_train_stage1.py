@@ -10,7 +10,9 @@
    `profile.sft_recovery_drills` recovery drills (a further fresh episode whose booking call was refused with the
    options still available, cut after the expert's new choice, behind the same prompt) and
    `profile.sft_year_turn_drills` year-turn drills (search drills on goals dated in the next calendar year, a
-   January date asked for in December: `crosses_year`); TRL's `SFTTrainer` trains on them once each,
+   January date asked for in December: `crosses_year`) and `profile.sft_field_drills` field drills (a search or
+   booking call refused for a required argument it lacked, then sent with it; no loss on the refused call; off in
+   every preset); TRL's `SFTTrainer` trains on them once each,
    batches grouped by length, loss on assistant tokens only (`cells.training.warm_start`, `cells.training.sft_data`).
    CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference
@@ -63,7 +65,7 @@ SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.see
 def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
     """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
     budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
-    `profile.sft_year_turn_drills` year-turn drills per conversation,
+    `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
     and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
     warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) later blocks, same recipe."""
     from cells.step_06_drift import demonstration_pool, drift_split
@@ -75,7 +77,7 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
     return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
                            profile.seed + seed_block * SFT_STAGE_SEED_STRIDE, profile.sft_search_drills,
                            profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
-                           profile.sft_booking_drills, pool)
+                           profile.sft_booking_drills, pool, profile.sft_field_drills)
 
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
@@ -146,6 +148,7 @@ def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: l
         adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
         resample_rounds=ctx.profile.grpo_resample_rounds,
         resample_on=ctx.profile.grpo_resample_on,
+        success_advantage=ctx.profile.grpo_success_advantage,
         group_labels=pattern_set_labels(ctx.profile),
         callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
     )

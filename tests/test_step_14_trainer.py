@@ -456,6 +456,21 @@ def test_batch_scaled_advantages_keep_a_partial_credit_group_smaller_than_a_succ
     assert adv[:4].abs().max() > 5 * adv[4:].abs().max()
 
 
+def test_a_success_advantage_adds_to_each_successful_episode_after_scaling(tiny_cache, tmp_path):
+    # Group 2's four episodes all succeed with equal rewards: no group-relative signal, only the success term.
+    counter = [0]
+    rewards, tasks = [1.0, 0.0, 0.0, 0.0, 0.8, 0.8, 0.8, 0.8], [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter, tasks=tasks),
+                           prompts_per_step=2, success_advantage=0.5)
+    trainer.model.train()
+    adv = trainer._generate_and_score_completions(first_generation_batch(trainer))["advantages"]
+    first = torch.tensor(rewards[:4])
+    scaled = ((first - first.mean()) / (first.std() + 1e-4)).tolist() + [0.0] * 4
+    assert torch.allclose(adv, torch.tensor(scaled) + 0.5 * torch.tensor(tasks), atol=1e-5)
+    with pytest.raises(s14.TrainerSetupError, match="success_advantage must be >= 0"):
+        make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter), success_advantage=-0.1)
+
+
 def seed_recording_reward(seen):
     def score(*, _meta, **kwargs):
         seen.extend(int(m["episode_seed"]) for m in _meta)

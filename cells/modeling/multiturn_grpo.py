@@ -384,6 +384,8 @@ def generate_and_score_completions(self: Any, inputs: list[Mapping[str, Any]]) -
             self, runs, groups, played, rewards, successes, (all_rewards, all_successes), g)
     episodes, trajectories = played
     advantages, zero_std = group_advantages(all_rewards, g, self.scale_rewards)  # (B * processes,) each
+    # RAFT's supervised pull on the policy's own successes, inside the same loss (zero-variance groups included)
+    advantages = advantages + self.success_advantage * all_successes
     device = self.accelerator.device
     batch = pad_trajectories(trajectories, self.processing_class.pad_token_id, device)  # (B, P) / (B, C) tensors
     mine = slice(self.accelerator.process_index * len(rewards), (self.accelerator.process_index + 1) * len(rewards))

@@ -35,12 +35,27 @@
   (`2026-12-02` for `2027-01-02`) with the day right. Only ~2.5% of goals cross the year, so few examples showed
   the rule; the drills scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`), most ruled out by their clock alone
   (`may_cross_year`).
+- Field drills (`field_drills` per conversation, a profile knob): the start of a further fresh expert episode whose
+  search or booking call first goes out once without one of its required arguments (the seed picks the call and
+  the argument), is answered by the vendor's own `MISSING_REQUIRED_FIELD` error naming it, and is then sent
+  again with that argument appended after the others (`ExpertOmittingAField` says why appended): up to and
+  including that whole call, behind the same one-line system prompt. The short call is context only
+  (`NO_LOSS_KEY`: no loss on it), so the model learns the repair, never the omission. Why: the only such error a
+  warm start otherwise sees is one drift's (`passenger_count` at the airline), and a warm start trained without
+  the `latin` split's withheld patterns answered `cab.book`'s "add `city`" error by calling `airline.book`
+  (`python -m cells diagnose --reach --pattern cab_city_required`: never solved in 96 samples). The drills show
+  the general skill, "resend the refused call with the field the error names", on many tools and fields, but only
+  at goal domains where no withheld pattern's recovery is such an error (`field_drill_domains`): with `latin`,
+  the airline and the hotel; the cab and the restaurant keep theirs for GRPO and evaluation. Off in every preset:
+  with them the warm start resent `cab.book` unchanged instead of calling `airline.book`, and still never added
+  `city` (the dropped field is always one the tool's usual call carries, so the usual call passes every drill).
 - `tokenize_conversation(tokenizer, messages)`: token ids and labels by incremental chat-template rendering
   (`cells.agent.chat.render_segments`), the way the GRPO rollout sees an episode. Environment/user text gets
   label -100; an assistant turn's tokens are trained up to and including the first stop token
   (`<end_of_turn>` / eos), which is where generation stops in a rollout; template glue after it (the newline)
-  is not. Each segment is tokenized separately, as the rollout does. A template that is not prefix-preserving
-  (a later render rewrites earlier text) raises `ChatTemplateError`.
+  is not. An assistant message carrying `NO_LOSS_KEY` (a field drill's short call) is context: label -100. Each
+  segment is tokenized separately, as the rollout does. A template that is not prefix-preserving (a later render
+  rewrites earlier text) raises `ChatTemplateError`.
 - `tokenize_all(tokenizer, conversations)`: `tokenize_conversation` per conversation, with a
   progress bar. Rendering the chat template prefix by prefix (Jinja) is ~60% of that time and cannot be
   batched, so from `PARALLEL_MIN` conversations on, chunks go to forked worker processes, one per core
@@ -63,9 +78,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cells.agent.chat import render_segments
+from cells.agent.chat import ASSISTANT_ROLES, render_segments
 from cells.errors import DriftCallError
 from cells.progress import progress_bar
+from cells.vendors.errors import ErrorCode
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.step_06_drift import DriftPool
@@ -94,6 +110,8 @@ DRILL_SEED_OFFSET = 50_000_000  # drills of a plan item start this far into its 
 BOOKING_SEED_OFFSET = 60_000_000  # and its booking drills this far (one seed a drill, as search drills)
 RECOVERY_SEED_OFFSET = 75_000_000  # and its recovery drills this far (they scan ~15 seeds a drill)
 YEAR_TURN_SEED_OFFSET = 90_000_000  # and its year-turn drills this far (~40 seeds a drill)
+FIELD_SEED_OFFSET = 30_000_000  # and its field drills this far (~3 seeds a drill: only some goal domains qualify)
+NO_LOSS_KEY = "no_loss"  # set on an assistant message that is shown as context but not trained on
 
 
 @dataclass(frozen=True)
@@ -111,6 +129,7 @@ class EpisodePlanItem:
     year_turn_drills: float = 0.0
     booking_drills: float = 0.0
     drift_pool: DriftPool | None = None  # the patterns the expert's episodes draw drifts from (None: every one)
+    field_drills: float = 0.0
 
     @property
     def drills(self) -> int:
@@ -129,9 +148,13 @@ class EpisodePlanItem:
         return round(self.count * self.year_turn_drills)
 
     @property
+    def fields(self) -> int:
+        return round(self.count * self.field_drills)
+
+    @property
     def examples(self) -> int:
         """Conversations plus every kind of drill."""
-        return self.count + self.drills + self.bookings + self.recoveries + self.year_turns
+        return self.count + self.drills + self.bookings + self.recoveries + self.year_turns + self.fields
 
 
 Messages = list[dict[str, str]]
@@ -228,6 +251,104 @@ def recovery_drill(env: Any, seed: int, min_reward: float) -> Messages | None:
     return behind_time_line(env, messages[:2 * turn + 1])
 
 
+FIELD_ERROR = ErrorCode.MISSING_REQUIRED_FIELD.value  # the vendors' error naming a missing argument
+FIELD_DRILL_SEEDS_PER = 12  # seeds scanned per field drill at most (~3 needed: the goal's domain must qualify)
+
+
+def field_drill_domains(pool: DriftPool | None) -> tuple[str, ...]:
+    """Goal domains where a field drill may drop an argument: all but those of a catalogue pattern outside `pool`
+    (withheld from the demonstrations) whose evidence is a `FIELD_ERROR`, so no drill shows a withheld recovery."""
+    from cells.step_04_datatypes import GOAL_DOMAINS
+    from cells.step_06_drift import load_catalogue
+
+    withheld = {p.domain for p in load_catalogue()
+                if pool is not None and p.id not in pool.allowed and FIELD_ERROR in p.evidence.error_codes}
+    return tuple(d for d in GOAL_DOMAINS if d not in withheld)
+
+
+class ExpertOmittingAField:
+    """The expert, except that its first call to `target` goes out once without one of its required arguments
+    (`pick` indexes them, sorted); the turn after, the same call with that argument appended after the others.
+    `resent` once that whole call is out; `named` when the vendor answered the short call with `FIELD_ERROR` naming
+    the dropped argument.
+
+    Why appended, not in the expert's usual place: so every drill shows the same text operation, the refused call
+    copied, then the field the error names, rather than "send the tool's usual call", which repairs nothing where
+    the usual call itself lacks the field (a warm start with such drills resent `cab.book` unchanged after its
+    "add `city`" error; one with appended drills did too)."""
+
+    name = "expert_omitting_a_field"
+
+    def __init__(self, target: str, pick: int) -> None:
+        from cells.agent.policies.expert import ExpertPolicy
+
+        self.expert = ExpertPolicy()
+        self.target, self.pick = target, pick
+        self.whole_call: str | None = None
+        self.dropped: str | None = None
+        self.resent = self.named = False
+
+    def reset(self, observation: Any, goal: Any = None) -> None:
+        self.expert.reset(observation, goal)
+        self.whole_call = self.dropped = None
+        self.resent = self.named = False
+
+    def act(self, observation: Any, history: Any = None) -> str:
+        if self.whole_call is not None and not self.resent:
+            result = observation.last_result
+            self.named = result is not None and result.response.get("error_code") == FIELD_ERROR \
+                and result.response.get("field_name") == self.dropped
+            self.resent = True
+            return self.whole_call
+        text = self.expert.act(observation, history)
+        short = None if self.whole_call is not None else self._short_call(text)
+        return text if short is None else short
+
+    def _short_call(self, text: str) -> str | None:
+        """`text` without one required argument when it calls `target` (picking `dropped`, setting `whole_call`),
+        else None."""
+        from cells.actions import parse_action
+        from cells.agent.policies.base import tool_args
+        from cells.vendors.dispatch import TOOLS
+        from cells.vendors.world import DEFAULT_FLAGS
+
+        action = parse_action(text)
+        if action.tool_name != self.target:
+            return None
+        tool = TOOLS[self.target]
+        # a drift only ever adds requirements, so an argument required by default is required now
+        required = sorted(a.name for a in tool.args(DEFAULT_FLAGS[tool.domain])
+                          if a.required and a.name in action.tool_args)
+        if not required:
+            return None
+        self.dropped = required[self.pick % len(required)]
+        short = {k: v for k, v in action.tool_args.items() if k != self.dropped}
+        self.whole_call = tool_args(self.target, {**short, self.dropped: action.tool_args[self.dropped]})
+        return tool_args(self.target, short)
+
+
+def field_drill(env: Any, seed: int, domains: Sequence[str]) -> Messages | None:
+    """The expert's episode on `seed` up to its whole search or booking call after the same call went out short
+    of a required argument and the vendor named it (`ExpertOmittingAField`), behind a system prompt of only the
+    caller's time, the short call marked `NO_LOSS_KEY`; None when the goal's domain is not in `domains`, the call
+    never came, or the vendor's answer was not that error (a timeout)."""
+    from cells.agent.play import conversation
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS, stable_int
+    from cells.step_07_tasks import generate
+
+    domain = generate(seed=seed, stage=env.stage, language_weights=env.language_weights).domain
+    if domain not in domains:
+        return None
+    roll = stable_int(seed, "field drill")
+    policy = ExpertOmittingAField((GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS)[roll % 2][domain], roll // 2)
+    messages = conversation(env, policy, seed, stop_after=lambda _: policy.resent)
+    if not policy.named:
+        return None
+    # messages end: the short call, the vendor's error, the whole call
+    messages[-3] = {**messages[-3], NO_LOSS_KEY: True}
+    return behind_time_line(env, messages)
+
+
 def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Messages]:
     """One plan item's conversations, with its drills (every kind) spread evenly among them."""
     from cells.agent.play import collect_expert, successful_conversation
@@ -246,7 +367,10 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
     year_turns = collect_expert(item.year_turns, item.seed + YEAR_TURN_SEED_OFFSET,
                                 lambda seed: year_turn_drill(env, seed), what="year-turn drills",
                                 on_found=bar.update, seeds_per_result=YEAR_TURN_SEEDS_PER)
-    groups = (convs, drills, bookings, recoveries, year_turns)
+    domains = field_drill_domains(item.drift_pool)
+    fields = collect_expert(item.fields, item.seed + FIELD_SEED_OFFSET, lambda seed: field_drill(env, seed, domains),
+                            what="field drills", on_found=bar.update, seeds_per_result=FIELD_DRILL_SEEDS_PER)
+    groups = (convs, drills, bookings, recoveries, year_turns, fields)
     keyed = [((i + 0.5) / len(group), m) for group in groups for i, m in enumerate(group)]
     return [m for _, m in sorted(keyed, key=lambda pair: pair[0])]
 
@@ -284,9 +408,10 @@ def tokenize_conversation(tokenizer: Any, messages: Sequence[dict[str, Any]]) ->
     stops = stop_token_ids(tokenizer)
     input_ids: list[int] = []
     labels: list[int] = []
+    trained = iter([not m.get(NO_LOSS_KEY) for m in messages if m.get("role") in ASSISTANT_ROLES])
     for text, is_assistant in render_segments(tokenizer, messages):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if is_assistant:
+        if is_assistant and next(trained):
             cut = next((j + 1 for j, t in enumerate(ids) if t in stops), len(ids))
             labels.extend(ids[:cut] + [IGNORE_INDEX] * (len(ids) - cut))
         else:
