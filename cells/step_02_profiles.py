@@ -228,11 +228,11 @@ class Profile:
         0.0, help="per expert conversation: a further search drill on a goal whose date lies in the next calendar "
                   "year (a January date asked for in December; `step_07_tasks.crosses_year`). 0 = off")
     sft_field_drills: float = knob(
-        0.0, help="per expert conversation: a further fresh episode whose search or booking call first goes out "
-                  "without one required argument, the vendor's error names it, and the call follows again with it "
-                  "appended (no loss on the short one), cut there behind the same one-line system prompt: the "
-                  "repair a required-field drift needs, shown only at goal domains where no withheld pattern needs "
-                  "it. 0 = off")
+        0.0, help="per expert conversation: a further fresh episode whose search or booking tool requires a goal "
+                  "fact it never takes (`sft_data.new_field_choices`); the usual call is "
+                  "refused naming it (no loss on it) and follows again with it appended, cut there behind the same "
+                  "one-line system prompt: the repair a required-field drift needs, shown only at goal domains "
+                  "where no withheld pattern needs it. 0 = off")
     sft_learning_rate: float = knob(1e-4, help="warm-start learning rate")
     sft_batch_size: int = knob(0, help="conversations per SFT optimiser step; 0 = num_generations")
     sft_lr_scheduler: str = knob("constant", help="transformers scheduler name; full warm starts decay (cosine)")

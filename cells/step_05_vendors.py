@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING
 from cells.vendors.dispatch import (
     TOOL_NAMES,
     TOOLS,
+    DrillArgumentError,
     UnknownDomainError,
     default_tool_docs,
     describe_schema,
     dispatch,
+    require_argument,
     tool_docs,
 )
 from cells.vendors.errors import ERROR_TABLE, ErrorCode, VendorError
@@ -37,9 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 __all__ = [
-    "DEFAULT_FLAGS", "ERROR_TABLE", "TOOLS", "TOOL_NAMES", "ErrorCode", "FlagError", "UnknownDomainError",
-    "VendorError", "World", "default_tool_docs", "describe_schema", "dispatch", "new_world", "run", "token_for",
-    "tool_docs", "with_flags",
+    "DEFAULT_FLAGS", "ERROR_TABLE", "TOOLS", "TOOL_NAMES", "DrillArgumentError", "ErrorCode", "FlagError",
+    "UnknownDomainError", "VendorError", "World", "default_tool_docs", "describe_schema", "dispatch", "new_world",
+    "require_argument", "run", "token_for", "tool_docs", "with_flags",
 ]
 
 def run(ctx: Context) -> Context:

@@ -52,7 +52,14 @@ from cells.step_04_datatypes import (
     UserMessage,
     stable_id,
 )
-from cells.step_05_vendors import World, default_tool_docs, describe_schema, dispatch, new_world
+from cells.step_05_vendors import (
+    World,
+    default_tool_docs,
+    describe_schema,
+    dispatch,
+    new_world,
+    require_argument,
+)
 from cells.step_06_drift import (
     DriftPool,
     apply_drift,
@@ -232,6 +239,13 @@ class DriftCallEnv:
         drift = ScheduledDrift(pattern.id, pattern.kind, pattern.domain, max(2, live.turn + 1))
         live.schedule = (*live.schedule, drift)
         return drift
+
+    def require_argument(self, tool_name: str, name: str, kind: str) -> None:
+        """Drill control: in the running episode `tool_name` also requires `name` (of vendor type `kind`), so a
+        call without it is refused with `MISSING_REQUIRED_FIELD` naming it. Not a drift: no event, no notice, and
+        the tool docs stay as they were (the warm start's field drills; step 5's `require_argument`)."""
+        live = self._require_running()
+        live.world = require_argument(live.world, tool_name, name, kind)
 
     def close(self) -> None:
         self._live = None

@@ -189,6 +189,29 @@ def test_write_checks_run_in_order_schema_policy_duplicate_payment():
     assert call(booked, "airline.book", bad)[0].error_code == "DUPLICATE_BOOKING"  # duplicate beats payment
 
 
+def test_a_drill_required_argument_is_refused_by_name_then_accepted_and_only_at_its_tool():
+    from cells.step_05_vendors import DrillArgumentError, require_argument
+
+    w = world_for("airline")
+    args, w = airline_booking(w)
+    drilled = require_argument(w, "airline.book", "from", "str")
+    refused, after = call(drilled, "airline.book", args)
+    assert (refused.error_code, refused.response["field_name"], refused.response["expected"]) == \
+        ("MISSING_REQUIRED_FIELD", "from", "str")
+    assert after.bookings == ()  # a schema refusal commits nothing
+    assert call(drilled, "airline.book", {**args, "from": 5})[0].error_code == "INVALID_FIELD_TYPE"
+    booked, after = call(drilled, "airline.book", {**args, "from": "BLR"})
+    assert booked.ok and len(after.bookings) == 1
+    # the same call in the undrilled world calls `from` unknown, and no other tool changed
+    assert call(w, "airline.book", {**args, "from": "BLR"})[0].error_code == "UNKNOWN_FIELD"
+    assert describe_schema(drilled, "airline") == describe_schema(w, "airline")  # the docs never name it
+    for bad, match in (("airline.fly", "no tool"), ("airline.book", "already declares")):
+        with pytest.raises(DrillArgumentError, match=match):
+            require_argument(w, bad, "passengers" if bad == "airline.book" else "from", "str")
+    with pytest.raises(DrillArgumentError, match="type must be one of"):
+        require_argument(w, "airline.book", "from", "city")
+
+
 @pytest.mark.parametrize("code_flags", [
     ("AUTH_TOKEN_INVALID", {}), ("AUTH_SCOPE_INSUFFICIENT", {"accepted_scope": "payments.v2"}),
     ("MFA_REQUIRED", {"mfa_threshold_inr": 2000}),

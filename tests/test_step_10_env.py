@@ -167,6 +167,27 @@ def test_terms_notice_is_delivered_once() -> None:
     assert [d.pattern_id for d in env.state.fired] == ["airline_cabin_baggage_5kg"]
 
 
+def test_a_drill_requirement_binds_only_the_running_episode_and_is_no_drift() -> None:
+    seed = _seed_for("hotel")
+    env = DriftCallEnv(1, {"en": 1.0})
+    with pytest.raises(EnvNotResetError):
+        env.require_argument("hotel.search", "rooms", "int")
+    prompt = env.reset(seed=seed).available_tools
+    env.require_argument("hotel.search", "rooms", "int")
+    slots = env.goal.slots
+    query = {"city": slots["city"], "check_in": slots["check_in"], "check_out": slots["check_out"]}
+    search = DriftCallAction(ActionType.TOOL_CALL, tool_name="hotel.search", tool_args=query)
+    refused = env.step(search).last_result.response
+    assert (refused["error_code"], refused["field_name"]) == ("MISSING_REQUIRED_FIELD", "rooms")
+    repaired = DriftCallAction(ActionType.TOOL_CALL, tool_name="hotel.search",
+                               tool_args={**query, "rooms": slots["rooms"]})
+    after = env.step(repaired)
+    assert after.last_result.status.value == "ok"
+    assert env.state.fired == () and after.available_tools == prompt  # no drift event, the docs unchanged
+    env.reset(seed=seed)  # the next episode starts without it
+    assert env.step(search).last_result.status.value == "ok"
+
+
 @pytest.mark.parametrize("lang", ["hi", "ta", "kn", "en", "hinglish"])
 def test_user_answers_clarify_in_the_goal_language(lang: str) -> None:
     env = DriftCallEnv(2, {lang: 1.0})

@@ -781,11 +781,12 @@ def test_year_turn_drills_are_search_drills_on_goals_dated_in_the_next_year():
         dataclasses.replace(profile, sft_year_turn_drills=-0.1)
 
 
-def test_field_drills_resend_the_call_a_vendor_refused_with_the_field_it_named():
+def test_field_drills_repair_a_call_with_a_field_its_tool_never_takes_once_the_vendor_names_it():
     from cells.actions import parse_action
     from cells.agent.prompt import format_now
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS
+    from cells.step_05_vendors import DEFAULT_FLAGS, TOOLS
     from cells.step_06_drift import demonstration_pool, drift_split
     from cells.step_07_tasks import generate
     from cells.step_15_train_stage1 import sft_plan_item
@@ -799,39 +800,59 @@ def test_field_drills_resend_the_call_a_vendor_refused_with_the_field_it_named()
 
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
     pool = demonstration_pool(drift_split("latin"))
-    item = EpisodePlanItem(2, 6, weights, 0, drift_pool=pool, field_drills=2.0)
-    assert (item.fields, item.examples) == (12, 18)
+    item = EpisodePlanItem(2, 8, weights, 0, drift_pool=pool, field_drills=2.0)
+    assert (item.fields, item.examples) == (16, 24)
     mixed = generate_conversations([item])
     plain = generate_conversations([dataclasses.replace(item, field_drills=0.0)])
     drills = [m for m in mixed if m not in plain]
-    assert len(mixed) == 18 and len(drills) == 12 and [m for m in mixed if m in plain] == plain
+    assert len(mixed) == 24 and len(drills) == 16 and [m for m in mixed if m in plain] == plain
     scanned = (generate(TRAIN_SEEDS.seed(FIELD_SEED_OFFSET + i), 2, dict(weights))
-               for i in range(FIELD_DRILL_SEEDS_PER * 12 + 100))
+               for i in range(FIELD_DRILL_SEEDS_PER * 16 + 100))
     goals = {goal.seed_utterance: goal for goal in scanned}
-    tools, fields = set(), set()
+    repairs = set()
     for drill in drills:
         goal = goals[drill[1]["content"]]
         assert drill[0] == {"role": "system", "content": format_now(goal.now)}
         # the latin split withholds a missing-field recovery at the cab and the restaurant: no drill there
         assert goal.domain in ("airline", "hotel")
-        short, error, whole = drill[-3:]
-        assert short[NO_LOSS_KEY] is True and [m for m in drill if m.get(NO_LOSS_KEY)] == [short]
+        refused, error, repaired = drill[-3:]
+        assert refused[NO_LOSS_KEY] is True and [m for m in drill if m.get(NO_LOSS_KEY)] == [refused]
         named = json.loads(error["content"].removeprefix("[tool_result] "))
-        assert (named["error_code"], whole["role"]) == ("MISSING_REQUIRED_FIELD", "assistant")
-        short_call, whole_call = parse_action(short["content"]), parse_action(whole["content"])
-        assert whole_call.tool_name == short_call.tool_name == named["tool"]
-        assert whole_call.tool_name in (GOAL_SEARCH_TOOLS[goal.domain], GOAL_WRITE_TOOLS[goal.domain])
-        # the refused call again, the field the error named appended after the others
-        assert named["field_name"] not in short_call.tool_args
-        assert list(whole_call.tool_args.items())[:-1] == list(short_call.tool_args.items())
-        assert list(whole_call.tool_args)[-1] == named["field_name"]
-        tools.add(whole_call.tool_name)
-        fields.add(named["field_name"])
-    assert len(tools) >= 3 and len(fields) >= 4  # the repair on several tools and argument names
+        assert (named["error_code"], repaired["role"]) == ("MISSING_REQUIRED_FIELD", "assistant")
+        refused_call, repaired_call = parse_action(refused["content"]), parse_action(repaired["content"])
+        assert repaired_call.tool_name == refused_call.tool_name == named["tool"]
+        tool = repaired_call.tool_name
+        assert tool in (GOAL_SEARCH_TOOLS[goal.domain], GOAL_WRITE_TOOLS[goal.domain])
+        field = named["field_name"]
+        # a field the tool never declares (its docs do not name it), valued as the goal's slot, appended
+        assert field not in {a.name for a in TOOLS[tool].args(DEFAULT_FLAGS[goal.domain])}
+        assert list(repaired_call.tool_args.items()) == [*refused_call.tool_args.items(), (field, goal.slots[field])]
+        repairs.add((tool, field))
+    # the repair on several tools and fields of both domains
+    assert len({tool for tool, _ in repairs}) >= 2 and len({field for _, field in repairs}) >= 3
     profile = dataclasses.replace(get_profile("cpu-smoke"), sft_field_drills=0.5)
     assert [sft_plan_item(profile, 10, stage, stage - 1).fields for stage in (1, 2, 3)] == [5, 5, 5]
     with pytest.raises(ValueError, match="sft_field_drills"):
         dataclasses.replace(profile, sft_field_drills=-0.1)
+
+
+def test_field_choices_are_goal_slots_the_tool_never_takes_typed_as_the_domain_types_them():
+    from cells.step_07_tasks import generate
+    from cells.training.sft_data import new_field_choices
+
+    goals = {}
+    for seed in range(400):
+        goal = generate(seed, 1, {"en": 1.0})
+        goals.setdefault((goal.domain, "room_type" in goal.slots), goal)
+    airline = goals[("airline", False)]
+    # `passengers` is a count in the goal but a list of names at airline.book: never a choice
+    assert new_field_choices(airline) == (("airline.book", "from", "str", airline.slots["from"]),
+                                          ("airline.book", "to", "str", airline.slots["to"]))
+    hotel = goals[("hotel", True)]
+    assert {(tool, field, kind) for tool, field, kind, _ in new_field_choices(hotel)} == {
+        ("hotel.search", "room_type", "str"), ("hotel.search", "rooms", "int"), ("hotel.book", "city", "str")}
+    # the cab's `city` is declared (optional) by cab.book itself, so the withheld pattern's field is never drilled
+    assert ("cab.book", "city") not in {(t, f) for t, f, _, _ in new_field_choices(goals[("cab", False)])}
 
 
 def test_field_drills_stay_out_of_every_domain_where_a_withheld_recovery_is_a_missing_field():

@@ -64,14 +64,17 @@ def play_many(factory: Callable[[], Any], policy_factory: Callable[[], Policy], 
     return [_play(factory(), policy_factory(), int(seed)) for seed in seeds]
 
 
-def conversation(env: Any, policy: Policy, seed: int, stop_after: Callable[[str], bool] | None = None
-                 ) -> list[dict[str, str]]:
+def conversation(env: Any, policy: Policy, seed: int, stop_after: Callable[[str], bool] | None = None,
+                 after_reset: Callable[[Any], None] | None = None) -> list[dict[str, str]]:
     """The chat messages of one episode in the exact rendering the GRPO rollout uses:
     turn 0 = system prompt + utterance, assistant = the action text, user = rendered observation.
-    With `stop_after`, the messages end at the first action text it accepts (the episode is left unfinished)."""
+    With `stop_after`, the messages end at the first action text it accepts (the episode is left unfinished);
+    `after_reset(env)` runs once the episode has started, before the first action (a drill's control)."""
     from cells.agent.prompt import initial_messages, render_observation
 
     obs = env.reset(seed=seed)
+    if after_reset is not None:
+        after_reset(env)
     policy.reset(obs, GoalReader.from_goal(env.goal))
     messages = initial_messages(env.goal, obs.available_tools)
     for _ in range(MAX_POLICY_TURNS):

@@ -35,25 +35,28 @@
   (`2026-12-02` for `2027-01-02`) with the day right. Only ~2.5% of goals cross the year, so few examples showed
   the rule; the drills scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`), most ruled out by their clock alone
   (`may_cross_year`).
-- Field drills (`field_drills` per conversation, a profile knob): the start of a further fresh expert episode whose
-  search or booking call first goes out once without one of its required arguments (the seed picks the call and
-  the argument), is answered by the vendor's own `MISSING_REQUIRED_FIELD` error naming it, and is then sent
-  again with that argument appended after the others (`ExpertOmittingAField` says why appended): up to and
-  including that whole call, behind the same one-line system prompt. The short call is context only
-  (`NO_LOSS_KEY`: no loss on it), so the model learns the repair, never the omission. Why: the only such error a
-  warm start otherwise sees is one drift's (`passenger_count` at the airline), and a warm start trained without
-  the `latin` split's withheld patterns answered `cab.book`'s "add `city`" error by calling `airline.book`
-  (`python -m cells diagnose --reach --pattern cab_city_required`: never solved in 96 samples). The drills show
-  the general skill, "resend the refused call with the field the error names", on many tools and fields, but only
-  at goal domains where no withheld pattern's recovery is such an error (`field_drill_domains`): with `latin`,
-  the airline and the hotel; the cab and the restaurant keep theirs for GRPO and evaluation. Off in every preset:
-  with them the warm start resent `cab.book` unchanged instead of calling `airline.book`, and still never added
-  `city` (the dropped field is always one the tool's usual call carries, so the usual call passes every drill).
+- Field drills (`field_drills` per conversation, a profile knob): the start of a further fresh expert episode in
+  which the goal's search or booking tool requires an argument it never declares, a fact of the goal
+  (`new_field_choices`: the airline's booking wants `from` or `to`, the hotel's search `rooms` or `room_type`,
+  its booking `city`; the seed picks one; set through the env's drill control `DriftCallEnv.require_argument`, so
+  the tool docs do not name it). The expert's usual call is refused with the vendor's own
+  `MISSING_REQUIRED_FIELD` naming the argument and follows again with it appended after the others
+  (`ExpertMeetingANewField`): up to and including that repaired call, behind the same one-line system prompt. The
+  refused call is the expert's usual one, learnt from every conversation, so it carries `NO_LOSS_KEY` (no loss)
+  and the drill trains only the repair. Why: the only such error a warm start otherwise sees is one drift's
+  (`passenger_count` at the airline), and a warm start trained without the `latin` split's withheld patterns
+  answered `cab.book`'s "add `city`" error by calling `airline.book` (`python -m cells diagnose --reach --pattern
+  cab_city_required`: never solved in 96 samples). An earlier variant dropped one of the call's own arguments and
+  resent the usual call; its warm start then resent `cab.book` unchanged, since writing the usual call passed every
+  one of those drills. These drills pass only if the field named in the error, valued from the conversation, is
+  added. They stay at goal domains where no withheld pattern's recovery is such an error
+  (`field_drill_domains`): with `latin`, the airline and the hotel; the cab and the restaurant keep theirs for GRPO
+  and evaluation. Off in every preset.
 - `tokenize_conversation(tokenizer, messages)`: token ids and labels by incremental chat-template rendering
   (`cells.agent.chat.render_segments`), the way the GRPO rollout sees an episode. Environment/user text gets
   label -100; an assistant turn's tokens are trained up to and including the first stop token
   (`<end_of_turn>` / eos), which is where generation stops in a rollout; template glue after it (the newline)
-  is not. An assistant message carrying `NO_LOSS_KEY` (a field drill's short call) is context: label -100. Each
+  is not. An assistant message carrying `NO_LOSS_KEY` (a field drill's refused call) is context: label -100. Each
   segment is tokenized separately, as the rollout does. A template that is not prefix-preserving (a later render
   rewrites earlier text) raises `ChatTemplateError`.
 - `tokenize_all(tokenizer, conversations)`: `tokenize_conversation` per conversation, with a
@@ -266,85 +269,104 @@ def field_drill_domains(pool: DriftPool | None) -> tuple[str, ...]:
     return tuple(d for d in GOAL_DOMAINS if d not in withheld)
 
 
-class ExpertOmittingAField:
-    """The expert, except that its first call to `target` goes out once without one of its required arguments
-    (`pick` indexes them, sorted); the turn after, the same call with that argument appended after the others.
-    `resent` once that whole call is out; `named` when the vendor answered the short call with `FIELD_ERROR` naming
-    the dropped argument.
+def _vendor_type(value: Any) -> str | None:
+    """The vendors' argument type of a scalar slot value (`cells.vendors.registry.TYPES`); None for any other."""
+    from cells.vendors.world import DATE
 
-    Why appended, not in the expert's usual place: so every drill shows the same text operation, the refused call
-    copied, then the field the error names, rather than "send the tool's usual call", which repairs nothing where
-    the usual call itself lacks the field (a warm start with such drills resent `cab.book` unchanged after its
-    "add `city`" error; one with appended drills did too)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, str):
+        return "date" if DATE.fullmatch(value) else "str"
+    return None
 
-    name = "expert_omitting_a_field"
 
-    def __init__(self, target: str, pick: int) -> None:
+def new_field_choices(goal: Any) -> tuple[tuple[str, str, str, Any], ...]:
+    """`(tool, argument, type, value)` a field drill may make the goal's search or booking tool require: each goal
+    slot of scalar value that the tool does not declare at all (so its usual call never carries it), and that no
+    other tool of the domain declares with another type (the airline's `passengers` is a count in the goal, a
+    list of names at `airline.book`). The value is the slot's, so the repair copies a fact the episode holds."""
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS
+    from cells.vendors.dispatch import TOOLS
+    from cells.vendors.world import DEFAULT_FLAGS
+
+    flags = DEFAULT_FLAGS[goal.domain]
+    declared = {a.name: a.type for t in TOOLS.values() if t.domain == goal.domain for a in t.args(flags)}
+    choices = []
+    for tool in (GOAL_SEARCH_TOOLS[goal.domain], GOAL_WRITE_TOOLS[goal.domain]):
+        own = {a.name for a in TOOLS[tool].args(flags)}
+        for name, value in sorted(goal.slots.items()):
+            kind = _vendor_type(value)
+            if kind is not None and name not in own and declared.get(name, kind) == kind:
+                choices.append((tool, name, kind, value))
+    return tuple(choices)
+
+
+class ExpertMeetingANewField:
+    """The expert, in an episode whose `target` tool requires `field` although the tool's docs never name it: its
+    first call to `target` goes out as usual, and the turn after, that same call with `field` = `value` appended
+    after the others. `refused` holds that first call; `resent` is set once the repair is out, `named` when the
+    vendor answered the first call with `FIELD_ERROR` naming `field`.
+
+    Why a field the usual call lacks: a variant that dropped one of the call's own required arguments and resent
+    the whole call taught "send the tool's usual call", which repairs nothing where the usual call itself lacks the
+    field (its warm start resent `cab.book` unchanged after the "add `city`" error; docs/experiments/). Here only
+    reading the error's `field_name`, and the fact it names from the conversation, gets the call through."""
+
+    name = "expert_meeting_a_new_field"
+
+    def __init__(self, target: str, field: str, value: Any) -> None:
         from cells.agent.policies.expert import ExpertPolicy
 
         self.expert = ExpertPolicy()
-        self.target, self.pick = target, pick
-        self.whole_call: str | None = None
-        self.dropped: str | None = None
+        self.target, self.field, self.value = target, field, value
+        self.refused: str | None = None
         self.resent = self.named = False
 
     def reset(self, observation: Any, goal: Any = None) -> None:
         self.expert.reset(observation, goal)
-        self.whole_call = self.dropped = None
+        self.refused = None
         self.resent = self.named = False
 
     def act(self, observation: Any, history: Any = None) -> str:
-        if self.whole_call is not None and not self.resent:
-            result = observation.last_result
-            self.named = result is not None and result.response.get("error_code") == FIELD_ERROR \
-                and result.response.get("field_name") == self.dropped
-            self.resent = True
-            return self.whole_call
-        text = self.expert.act(observation, history)
-        short = None if self.whole_call is not None else self._short_call(text)
-        return text if short is None else short
-
-    def _short_call(self, text: str) -> str | None:
-        """`text` without one required argument when it calls `target` (picking `dropped`, setting `whole_call`),
-        else None."""
         from cells.actions import parse_action
         from cells.agent.policies.base import tool_args
-        from cells.vendors.dispatch import TOOLS
-        from cells.vendors.world import DEFAULT_FLAGS
 
-        action = parse_action(text)
-        if action.tool_name != self.target:
-            return None
-        tool = TOOLS[self.target]
-        # a drift only ever adds requirements, so an argument required by default is required now
-        required = sorted(a.name for a in tool.args(DEFAULT_FLAGS[tool.domain])
-                          if a.required and a.name in action.tool_args)
-        if not required:
-            return None
-        self.dropped = required[self.pick % len(required)]
-        short = {k: v for k, v in action.tool_args.items() if k != self.dropped}
-        self.whole_call = tool_args(self.target, {**short, self.dropped: action.tool_args[self.dropped]})
-        return tool_args(self.target, short)
+        if self.refused is not None and not self.resent:
+            result = observation.last_result
+            self.named = result is not None and result.response.get("error_code") == FIELD_ERROR \
+                and result.response.get("field_name") == self.field
+            self.resent = True
+            return tool_args(self.target, {**parse_action(self.refused).tool_args, self.field: self.value})
+        text = self.expert.act(observation, history)
+        if self.refused is None and parse_action(text).tool_name == self.target:
+            self.refused = text
+        return text
 
 
 def field_drill(env: Any, seed: int, domains: Sequence[str]) -> Messages | None:
-    """The expert's episode on `seed` up to its whole search or booking call after the same call went out short
-    of a required argument and the vendor named it (`ExpertOmittingAField`), behind a system prompt of only the
-    caller's time, the short call marked `NO_LOSS_KEY`; None when the goal's domain is not in `domains`, the call
-    never came, or the vendor's answer was not that error (a timeout)."""
+    """The expert's episode on `seed` in which its search or booking tool requires a goal slot it never takes
+    (`new_field_choices`; the seed picks which), up to the call repaired with that slot after the vendor named it
+    (`ExpertMeetingANewField`), behind a system prompt of only the caller's time; the refused call, the expert's
+    usual one and learnt from every conversation, is marked `NO_LOSS_KEY`, so the drill trains the repair. None
+    when the goal's domain is not in `domains`, it has no such slot, the call never came, or the vendor's answer
+    was not that error (a timeout, or a drift's own required field first)."""
     from cells.agent.play import conversation
-    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS, stable_int
+    from cells.step_04_datatypes import stable_int
     from cells.step_07_tasks import generate
 
-    domain = generate(seed=seed, stage=env.stage, language_weights=env.language_weights).domain
-    if domain not in domains:
+    goal = generate(seed=seed, stage=env.stage, language_weights=env.language_weights)
+    choices = new_field_choices(goal)
+    if goal.domain not in domains or not choices:
         return None
-    roll = stable_int(seed, "field drill")
-    policy = ExpertOmittingAField((GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS)[roll % 2][domain], roll // 2)
-    messages = conversation(env, policy, seed, stop_after=lambda _: policy.resent)
+    tool, field, kind, value = choices[stable_int(seed, "field drill") % len(choices)]
+    policy = ExpertMeetingANewField(tool, field, value)
+    messages = conversation(env, policy, seed, stop_after=lambda _: policy.resent,
+                            after_reset=lambda live: live.require_argument(tool, field, kind))
     if not policy.named:
         return None
-    # messages end: the short call, the vendor's error, the whole call
+    # messages end: the refused call, the vendor's error, the repaired call
     messages[-3] = {**messages[-3], NO_LOSS_KEY: True}
     return behind_time_line(env, messages)
 

@@ -25,7 +25,7 @@ from cells.step_04_datatypes import (
 
 from . import airline, cab, hotel, payment, restaurant
 from .errors import ErrorCode, VendorError
-from .registry import Tool, check_schema
+from .registry import TYPES, Arg, Tool, check_schema
 from .world import DEFAULT_FLAGS, World
 
 TOOLS: dict[str, Tool] = {t.name: t for m in (airline, cab, restaurant, hotel, payment) for t in m.TOOLS}
@@ -76,11 +76,33 @@ def dispatch(world: World, tool_name: str, args: Any, turn: int) -> tuple[ToolRe
         return _error(world, name, VendorError(ErrorCode.TIMEOUT, retry=True), turn, TIMEOUT_LATENCY_MS), retried
     tool = TOOLS[name]
     try:
-        check_schema(tool, world.flags[tool.domain], args)
+        extra = tuple(Arg(arg, kind, True, "required for this episode") for on, arg, kind in world.extra_required
+                      if on == name) if world.extra_required else ()
+        check_schema(tool, world.flags[tool.domain], args, extra)
         response, new_world = tool.fn(world, args, turn)
     except VendorError as err:
         return _error(world, name, err, turn, latency), world
     return _result(new_world, name, ToolStatus.OK, response, turn, latency), new_world
+
+
+class DrillArgumentError(DriftCallError, ValueError):
+    """`require_argument` was asked for a tool or type the vendors do not have, or an argument the tool already
+    declares."""
+
+
+def require_argument(world: World, tool_name: str, name: str, kind: str) -> World:
+    """New World in which `tool_name` also requires `name` (of registry type `kind`): a call without it gets
+    `MISSING_REQUIRED_FIELD` naming it. For training drills of that repair where the tool's usual call lacks the
+    argument; the handler ignores the value (the drill ends at the repaired call)."""
+    if tool_name not in TOOLS:
+        raise DrillArgumentError(f"no tool {tool_name!r}; available: {list(TOOL_NAMES)}")
+    if kind not in TYPES:
+        raise DrillArgumentError(f"argument type must be one of {list(TYPES)}, got {kind!r}")
+    tool = TOOLS[tool_name]
+    declared = sorted(a.name for a in tool.args(world.flags[tool.domain]))
+    if name in declared:
+        raise DrillArgumentError(f"{tool_name} already declares {name!r} (its arguments: {declared})")
+    return dataclasses.replace(world, extra_required=(*world.extra_required, (tool_name, name, kind)))
 
 
 def _check_domain(domain: str) -> None:

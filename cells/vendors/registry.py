@@ -109,9 +109,10 @@ def _check_type(arg: Arg, value: Any) -> None:
         raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name=arg.name, expected="YYYY-MM-DDTHH:MM")
 
 
-def check_schema(tool: Tool, flags: dict[str, Any], args: dict[str, Any]) -> None:
-    """Schema stage: required fields present, no unknown fields, every value of its declared type."""
-    spec = tool.args(flags)
+def check_schema(tool: Tool, flags: dict[str, Any], args: dict[str, Any], extra: tuple[Arg, ...] = ()) -> None:
+    """Schema stage: required fields present, no unknown fields, every value of its declared type. `extra`: further
+    arguments of this call's world, checked after the declared ones."""
+    spec = (*tool.args(flags), *extra)
     for arg in spec:
         if arg.required and args.get(arg.name) is None:
             raise VendorError(ErrorCode.MISSING_REQUIRED_FIELD, field_name=arg.name, expected=arg.type)
