@@ -37,10 +37,10 @@
   (`may_cross_year`).
 - Field drills (`field_drills` per conversation, a profile knob): the start of a further fresh expert episode in
   which the goal's search or booking tool requires an argument it never declares, a fact of the goal
-  (`new_field_choices`: the airline's booking wants `from` or `to`, the hotel's search `rooms` or `room_type`,
-  its booking `city`; the seed picks one; set through the env's drill control `DriftCallEnv.require_argument`, so
-  the tool docs do not name it). The expert's usual call is refused with the vendor's own
-  `MISSING_REQUIRED_FIELD` naming the argument and follows again with it appended after the others
+  (`new_field_choices`; with today's goals the airline's booking wants `from` or `to`, the hotel's search `rooms`
+  or `room_type`, its booking `city`; the seed picks one; set through the env's drill control
+  `DriftCallEnv.require_argument`, so the tool docs do not name it). The expert's usual call is refused with the
+  vendor's own `MISSING_REQUIRED_FIELD` naming the argument and follows again with it appended after the others
   (`ExpertMeetingANewField`): up to and including that repaired call, behind the same one-line system prompt. The
   refused call is the expert's usual one, learnt from every conversation, so it carries `NO_LOSS_KEY` (no loss)
   and the drill trains only the repair. Why: the only such error a warm start otherwise sees is one drift's
@@ -363,7 +363,7 @@ def field_drill(env: Any, seed: int, domains: Sequence[str]) -> Messages | None:
     tool, field, kind, value = choices[stable_int(seed, "field drill") % len(choices)]
     policy = ExpertMeetingANewField(tool, field, value)
     messages = conversation(env, policy, seed, stop_after=lambda _: policy.resent,
-                            after_reset=lambda live: live.require_argument(tool, field, kind))
+                            after_reset=lambda running: running.require_argument(tool, field, kind))
     if not policy.named:
         return None
     # messages end: the refused call, the vendor's error, the repaired call
