@@ -513,10 +513,14 @@ PROFILES: dict[str, Profile] = {
 # towards the reinforced ones (the failure curriculum then picks the seeds the warm start fails, mostly those), and
 # `python -m cells splits` measures each pattern set. Dynamic sampling: without it 38% of stage 2's groups had
 # identical rewards (seed 1234; mostly reinforced seeds no sample solved), so each such group is replaced up to twice.
+# Field drills (0.15 per conversation, chosen on development cases of seed 1236): without them no sample reached the
+# cab's withheld required-field recovery (pass@8 0/12), so GRPO had nothing to reinforce there; a drill shows the
+# general repair (a tool refuses a call naming a field the goal holds) only at vendors where no withheld pattern
+# needs it.
 # Everything else as cpu-learn, so the two runs compare: cpu-learn is this experiment's oracle (every pattern
 # demonstrated).
 PROFILES["cpu-rl"] = dataclasses.replace(PROFILES["cpu-learn"], name="cpu-rl", drift_split="latin",
-                                         grpo_reinforced_share=0.7, grpo_resample_rounds=2)
+                                         grpo_reinforced_share=0.7, grpo_resample_rounds=2, sft_field_drills=0.15)
 # cpu-smoke plus the voice boundary's evaluation (step 18): the scripted policies on one held-out seed per
 # (stage, language) with the user's lines spoken and transcribed (needs espeak-ng + requirements-voice.txt).
 PROFILES["cpu-voice"] = dataclasses.replace(PROFILES["cpu-smoke"], name="cpu-voice", voice_eval_per_cell=1)

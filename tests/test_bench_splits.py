@@ -273,3 +273,28 @@ def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
     for text in ("| reinforced | +20.0% [", "GRPO − warm start", "GRPO − SFT-only control", "| reinforced | cpu-rl-s1235 |",
                  "| reinforced · pricing |", "| unseen · hinglish |", "| PASS |", "--pool", "ECE pooled"):
         assert text in first, text
+
+
+def test_archived_records_pool_exactly_as_the_runs_and_are_byte_stable(tmp_path):
+    runs = _three_runs(tmp_path / "runs")
+    oracle = _write_run(tmp_path / "runs", "cpu-learn", 1234, _outcomes(40, *(dict.fromkeys(SETS, 0.95),) * 2),
+                        _cases(40), trained_with=None)
+    kept, kept_oracle = splits.archive_runs(runs, oracle, root=tmp_path / "archive")
+    assert [p.name for p in kept] == ["cpu-rl", "cpu-rl-s1235", "cpu-rl-s1236"] and kept_oracle.name == "cpu-learn"
+    for d in (*kept, kept_oracle):
+        assert sorted(f.name for f in d.iterdir()) == [split_pool.EVAL_FILE, split_pool.ARCHIVED_RECORDS_FILE]
+    assert (kept[0] / split_pool.ARCHIVED_RECORDS_FILE).stat().st_size < (
+        runs[0] / split_pool.RECORDS_FILE).stat().st_size / 5
+    from_runs = splits.pool_splits(runs, oracle, out=tmp_path / "a.json")
+    from_archive = splits.pool_splits(kept, kept_oracle, out=tmp_path / "b.json")
+    assert from_archive["sets"] == from_runs["sets"] and from_archive["targets"] == from_runs["targets"]
+    assert [r["dir"] for r in from_archive["runs"]] == [str(p) for p in kept]
+    first = (kept[1] / split_pool.ARCHIVED_RECORDS_FILE).read_bytes()
+    assert split_pool.archive_split_run(runs[1], tmp_path / "archive") == kept[1]  # again: same bytes
+    assert (kept[1] / split_pool.ARCHIVED_RECORDS_FILE).read_bytes() == first
+    assert split_pool.archive_split_run(kept[1], tmp_path / "archive") == kept[1]  # onto itself: untouched
+    moved = split_pool.archive_split_run(kept[1], tmp_path / "elsewhere")  # an archive of an archive
+    assert (moved / split_pool.ARCHIVED_RECORDS_FILE).read_bytes() == first
+    (runs[2] / split_pool.RECORDS_FILE).unlink()
+    with pytest.raises(split_pool.MissingSplitRecordsError, match="python -m cells splits --run-dir"):
+        splits.archive_runs([runs[2]], None, root=tmp_path / "archive2")

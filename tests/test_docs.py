@@ -160,3 +160,19 @@ def test_a_missing_block_is_named_with_the_markers_to_add():
 
     with pytest.raises(docblocks.MissingBlockError, match="bench:env:begin"):
         docblocks.replace_block("# nothing\n", "bench:env", "x")
+
+
+def test_the_pooled_split_results_recompute_from_the_records_kept_in_the_repository(tmp_path):
+    import json
+
+    from cells.bench.splits import POOLED_JSON, pool_splits
+
+    pooled = json.loads((ROOT / POOLED_JSON).read_text(encoding="utf-8"))
+    dirs = [r["dir"] for r in pooled["runs"]] + ([pooled["oracle"]["dir"]] if pooled.get("oracle") else [])
+    missing = [d for d in dirs if not (ROOT / d).is_dir()]
+    assert not missing, (f"{POOLED_JSON} was pooled from run directories the repository lacks ({missing}): pool with "
+                         "`python -m cells splits --pool ... --docs`, which keeps their records in docs/results/splits/")
+    again = pool_splits([ROOT / r["dir"] for r in pooled["runs"]],
+                        ROOT / pooled["oracle"]["dir"] if pooled.get("oracle") else None, out=tmp_path / "again.json")
+    again = json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))
+    assert again["sets"] == pooled["sets"] and again["targets"] == pooled["targets"]

@@ -19,9 +19,10 @@ from cells.step_02_profiles import (
 def test_presets_exist_and_are_valid():
     assert set(PROFILES) == {"cpu-smoke", "cpu-voice", "cpu-learn", "cpu-rl", "cpu-gemma", "cpu-gemma-unsloth",
                              "colab-t4", "colab-a100"}
-    # cpu-rl is cpu-learn with a drift split (and dynamic sampling), so the two runs compare
+    # cpu-rl is cpu-learn with a drift split (and dynamic sampling, field drills), so the two runs compare
     assert dataclasses.replace(get_profile("cpu-rl"), name="cpu-learn", drift_split="", grpo_reinforced_share=0.5,
-                               grpo_resample_rounds=0) == get_profile("cpu-learn")
+                               grpo_resample_rounds=0, sft_field_drills=0.0) == get_profile("cpu-learn")
+    assert get_profile("cpu-rl").sft_field_drills == 0.15
     assert get_profile("cpu-smoke").is_cpu and not get_profile("colab-t4").is_cpu
     assert get_profile("cpu-gemma").is_cpu and get_profile("cpu-gemma").model_id is not None  # pretrained, on CPU
     assert get_profile("colab-a100").num_generations == 8

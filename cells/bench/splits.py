@@ -19,6 +19,9 @@ within each seed; `cells.evaluation.split_pool`) into `docs/results/splits_poole
 another split or case list and runs without records (naming the command that makes them); with `--docs` it also
 draws `docs/results/splits_pooled.png` and writes the block `splits:pooled` of `docs/results.md` with the
 tables, the per-seed rows, calibration and the experiment's targets (`cells.evaluation.split_report`). Seconds.
+With `--docs` it first archives each run's records (gzipped, with `eval_splits.json`) under
+`docs/results/splits/<run>/` and pools from there, so the docs name a command a fresh clone reruns:
+`python -m cells splits --pool docs/results/splits/cpu-rl ... --docs`.
 """
 
 from __future__ import annotations
@@ -170,6 +173,17 @@ def write_docs(result: dict[str, Any], run_dir: Path, docs: Path = Path("docs/re
 
 POOLED_JSON = Path("docs/results/splits_pooled.json")
 POOLED_PNG = Path("docs/results/splits_pooled.png")
+SPLITS_ARCHIVE = Path("docs/results/splits")  # `--pool --docs` keeps each pooled run's records here
+
+
+def archive_runs(run_dirs: list[Path], oracle_dir: Path | None, root: Path = SPLITS_ARCHIVE
+                 ) -> tuple[list[Path], Path | None]:
+    """Archive the runs' and the oracle's split records under `root` (`split_pool.archive_split_run`) and return
+    the archive directories, so that docs pooled from them name a command a fresh clone can rerun."""
+    from cells.evaluation.split_pool import archive_split_run
+
+    return ([archive_split_run(Path(d), root) for d in run_dirs],
+            archive_split_run(Path(oracle_dir), root) if oracle_dir else None)
 
 
 def pool_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path = POOLED_JSON) -> dict[str, Any]:
@@ -232,7 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.oracle and not args.pool:
         parser.error("--oracle goes with --pool")
     if args.pool:
-        pooled = pool_splits([Path(d) for d in args.pool], Path(args.oracle) if args.oracle else None)
+        runs, oracle = [Path(d) for d in args.pool], Path(args.oracle) if args.oracle else None
+        if args.docs:
+            runs, oracle = archive_runs(runs, oracle)
+            print(f"archived the records under {SPLITS_ARCHIVE}: pooling from there")
+        pooled = pool_splits(runs, oracle)
         print(f"wrote {POOLED_JSON}")
         for t in pooled["targets"]:
             print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")

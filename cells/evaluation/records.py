@@ -178,6 +178,12 @@ def save_records_jsonl(records: Iterable[EvalRecord], path: str | Path) -> Path:
 
 
 def load_records_jsonl(path: str | Path) -> tuple[EvalRecord, ...]:
-    """Read records written by `save_records_jsonl`."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    """Read records written by `save_records_jsonl`, or the same file gzipped (a path ending in `.gz`)."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        import gzip
+
+        lines = gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
+    else:
+        lines = path.read_text(encoding="utf-8").splitlines()
     return tuple(EvalRecord.from_json(line) for line in lines if line.strip())

@@ -30,6 +30,7 @@ from cells.errors import DriftCallError
 from cells.evaluation.records import EvalRecord
 
 RECORDS_FILE = "records_splits.jsonl"
+ARCHIVED_RECORDS_FILE = RECORDS_FILE + ".gz"  # the same lines, gzipped: what `archive_split_run` keeps in the repo
 EVAL_FILE = "eval_splits.json"
 ORACLE_MODEL = "trained"  # the oracle's full recipe (warm start + GRPO), the reference GRPO aims at
 WITHHELD = ("reinforced", "unseen")  # the sets the warm start never saw: where calibration is judged
@@ -104,6 +105,8 @@ def load_split_run(run_dir: Path) -> SplitRun:
         raise MissingSplitRecordsError(f"{meta_path} is missing: evaluate the run first with "
                                        f"`{remake_command(run_dir)}` (add --split latin for the oracle)")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if not rec_path.is_file() and (run_dir / ARCHIVED_RECORDS_FILE).is_file():
+        rec_path = run_dir / ARCHIVED_RECORDS_FILE
     if not rec_path.is_file():
         raise MissingSplitRecordsError(
             f"{rec_path} is missing ({meta_path.name} predates saved records): replay the run with "
@@ -120,6 +123,31 @@ def load_split_run(run_dir: Path) -> SplitRun:
                                  f"`{remake_command(run_dir, meta.get('per_set'), meta.get('split'))}`")
     return SplitRun(run_dir.name, run_dir, meta["split"], meta.get("trained_with_split"), int(meta["per_set"]),
                     meta.get("seed"), {w: {m: tuple(rs) for m, rs in ms.items()} for w, ms in records.items()})
+
+
+def archive_split_run(run_dir: Path, root: Path) -> Path:
+    """Keep what pooling reads of `run_dir` (its `eval_splits.json` and its records, gzipped with no timestamp, so
+    the same records give the same bytes) in `root/<run name>/`, a directory `load_split_run` reads like the run.
+    Why: run directories hold models and live outside the repository, so the pooled docs would otherwise cite runs
+    a fresh clone does not have. Returns the archive directory; archiving an archive onto itself is a no-op."""
+    import gzip
+    import shutil
+
+    run = load_split_run(run_dir)  # refuses, naming the command, a run with nothing to archive
+    dest = Path(root) / run.name
+    if dest.resolve() == Path(run_dir).resolve():
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(run_dir) / EVAL_FILE, dest / EVAL_FILE)
+    plain = Path(run_dir) / RECORDS_FILE
+    if plain.is_file():
+        with open(dest / ARCHIVED_RECORDS_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                                                             filename="") as out:
+            out.write(plain.read_bytes())
+    else:  # already an archive elsewhere: its bytes as they are
+        shutil.copyfile(Path(run_dir) / ARCHIVED_RECORDS_FILE, dest / ARCHIVED_RECORDS_FILE)
+    (dest / RECORDS_FILE).unlink(missing_ok=True)  # one copy: a stale plain file would shadow the archive
+    return dest
 
 
 def check_poolable(runs: Sequence[SplitRun], oracle: SplitRun | None = None) -> None:
