@@ -517,8 +517,8 @@ PROFILES: dict[str, Profile] = {
 # cab's withheld required-field recovery (pass@8 0/12), so GRPO had nothing to reinforce there; a drill shows the
 # general repair (a tool refuses a call naming a field the goal holds) only at vendors where no withheld pattern
 # needs it.
-# Everything else as cpu-learn, so the two runs compare: cpu-learn is this experiment's oracle (every pattern
-# demonstrated).
+# Everything else (model, SFT budget, GRPO settings) as cpu-learn, so the two runs compare: cpu-learn is this
+# experiment's oracle (every pattern demonstrated).
 PROFILES["cpu-rl"] = dataclasses.replace(PROFILES["cpu-learn"], name="cpu-rl", drift_split="latin",
                                          grpo_reinforced_share=0.7, grpo_resample_rounds=2, sft_field_drills=0.15)
 # cpu-smoke plus the voice boundary's evaluation (step 18): the scripted policies on one held-out seed per

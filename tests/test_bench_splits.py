@@ -270,6 +270,9 @@ def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
     glance = readme.read_text()
     assert glance.endswith("\n\nrest\n") and "at commit" not in glance and "over 3 training seeds" in glance
     assert "| reinforced | 40.0% [" in glance and "| +20.0% [" in glance and "4 of 4 of the experiment's targets" in glance
+    per_seed = next(line for line in glance.splitlines() if line.startswith("GRPO − warm start on reinforced"))
+    assert [part.split(" [")[0] for part in per_seed.split(": ", 1)[1].split("; ")] == [
+        f"seed {r['seed']} +20.0%" for r in pooled["runs"]]
     for text in ("| reinforced | +20.0% [", "GRPO − warm start", "GRPO − SFT-only control", "| reinforced | cpu-rl-s1235 |",
                  "| reinforced · pricing |", "| unseen · hinglish |", "| PASS |", "--pool", "ECE pooled"):
         assert text in first, text

@@ -176,7 +176,15 @@ def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
     intro = (f"What GRPO adds where demonstrations stop (`cpu-rl`, drift split `{pooled['split']}`): "
              f"{pooled['per_set']} held-out drifted episodes per pattern set and model, pooled over {seeds} training "
              f"seed{'s' if seeds != 1 else ''}, greedy.")
-    return "\n".join([intro, "", *_table(head, rows), "",
+    return "\n".join([intro, "", *_table(head, rows), "", _per_seed_gain_sentence(pooled, "reinforced"),
                       f"{passed} of {len(pooled['targets'])} of the experiment's targets pass. Per seed, per pattern, "
                       f"calibration, the controls: [docs/results.md]({GLANCE_LINK})."])
 
+
+def _per_seed_gain_sentence(pooled: dict[str, Any], which: str) -> str:
+    """GRPO − warm start on one pattern set at each training seed, with its interval: a pooled gain can hide a seed
+    where GRPO adds nothing, and the glance is all many readers see."""
+    per_run = pooled["sets"].get(which, {}).get("paired", {}).get("trained - warm_start", {}).get("per_run", {})
+    parts = [f"seed {r.get('seed', r['run'])} {_pct(per_run[r['run']]['diff'], signed=True)}"
+             for r in pooled["runs"] if r["run"] in per_run]
+    return f"GRPO − warm start on {which} episodes per training seed: {'; '.join(parts)}." if parts else ""
