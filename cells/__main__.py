@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
 
 
 def _cmd_list(_: argparse.Namespace) -> int:
@@ -26,28 +25,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if is_local_model(args.model or profile.model_id):
         # A local model never needs the network; without this a hub lookup takes ~50 s to fail.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from cells.distributed import is_main_process
+    from cells.distributed import end_other_process
 
     ctx = run(args.profile, steps=args.steps, run_dir=args.run_dir, fresh=args.fresh, model=args.model,
               seed=args.seed, knobs=args.set or ())
-    if not is_main_process():  # several processes: the main one reports (cells.distributed)
-        _exit_without_finalising()
+    end_other_process()  # several processes: the main one reports (cells.distributed)
     total = sum(ctx.timings.values())
     print(f"done: steps {ctx.completed} in {total:.1f}s; run dir {ctx.run_dir}")
     if "report_md" in ctx.artifacts:
         print(f"report: {ctx.artifacts['report_md']}")
     return 0
-
-
-def _exit_without_finalising() -> NoReturn:
-    """End a non-main training process with status 0, skipping the interpreter's finalisation. Why: even after
-    `leave_process_group`, a C++ thread still alive at exit (gloo's, or another native pool's) can abort the
-    process there (SIGABRT, "terminate called without an active exception"), failing a launch whose every step
-    passed; seen again in CI after the group was destroyed. This process writes no file (the main one writes
-    them all), so flushing its streams is all finalisation would have done for it."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

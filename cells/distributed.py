@@ -84,6 +84,20 @@ def leave_process_group() -> None:
     _left_group.set()
 
 
+def end_other_process() -> None:
+    """On a process other than the main one: end it now with status 0, skipping the interpreter's finalisation
+    (its streams flushed first); on the main process (or with one process) return. Call it in every launched
+    process after `leave_process_group`. Why: even with the group destroyed, a native thread still alive at
+    exit (gloo's, or another native pool's) can abort the process during finalisation (SIGABRT, "terminate
+    called without an active exception"), failing a launch whose every step passed; seen in CI. The other
+    processes write no file (the main one writes them all), so flushing is all finalisation did for them."""
+    if is_main_process():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on `host` now (the launcher's rendezvous port; loopback servers in benches and tests)."""
     with socket.socket() as s:

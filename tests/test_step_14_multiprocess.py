@@ -108,3 +108,18 @@ def test_pipeline_under_two_processes_writes_once_and_resumes(tmp_path):
     assert [int(r["step"]) for r in read_metrics_csv(training / "metrics.csv")] == list(range(1, total + 1))
     assert (training / "stage2" / f"checkpoint-{total - get_profile('cpu-smoke').steps_per_stage[2]}").stat(
     ).st_mtime == stage2.st_mtime  # stage 2 was reused, not retrained
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_only_the_other_processes_end_early_and_skip_finalisation(rank):
+    """`end_other_process`: the main process goes on (and finalises as usual); another one exits 0 at once, its
+    output flushed, without running what finalisation would (atexit handlers here)."""
+    import sys
+
+    code = ("import atexit; atexit.register(print, 'finalised')\n"
+            "from cells.distributed import end_other_process\n"
+            "print('before', end='; ')\nend_other_process()\nprint('after', end='; ')\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**_env(), "RANK": rank}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("before; after; finalised\n" if rank == "0" else "before; ")

@@ -35,7 +35,13 @@ def worker(out: Path, profile_name: str, steps: int, model_dir: str | None) -> N
     from transformers import Gemma3ForCausalLM, TrainerCallback
 
     from cells.agent.groups import rollout_group_fn_for_profile
-    from cells.distributed import is_main_process, launched_processes, leave_process_group, main_process_first
+    from cells.distributed import (
+        end_other_process,
+        is_main_process,
+        launched_processes,
+        leave_process_group,
+        main_process_first,
+    )
     from cells.step_02_profiles import TRAIN_SEEDS, get_profile
     from cells.step_07_tasks import generate
     from cells.step_10_env import stage_env_factories
@@ -74,6 +80,7 @@ def worker(out: Path, profile_name: str, steps: int, model_dir: str | None) -> N
             "step_seconds": [b - a for a, b in zip([t0, *stamps], stamps, strict=False)],
             "model_tokens_per_episode": sum(tokens) / max(1, len(tokens))}))
     leave_process_group()
+    end_other_process()
 
 
 def measure(processes: int, profile: str, steps: int, model_dir: str | None) -> dict[str, Any]:

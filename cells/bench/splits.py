@@ -66,11 +66,12 @@ def set_table(records: dict[str, list[Any]], profile: Any) -> dict[str, Any]:
     per success and success per drift kind and per language; paired success differences of the trained model
     against each other model (bootstrap interval, permutation p)."""
     from cells.evaluation import stats
+    from cells.evaluation.split_pool import grpo_vs
 
     kw = {"resamples": profile.bootstrap_resamples, "seed": profile.seed}
     out: dict[str, Any] = {"success": {name: stats.success_ci([r.success for r in recs]).to_dict()
                                        for name, recs in records.items()}}
-    out["paired"] = {f"trained - {name}": stats.paired_difference(recs, records["trained"], metric="success", **kw)
+    out["paired"] = {grpo_vs(name): stats.paired_difference(recs, records["trained"], metric="success", **kw)
                      for name, recs in records.items() if name != "trained"}
     # greedy play gives one trial per case, so pass^k would only repeat success: left out
     out["calibration"] = {name: {k: v for k, v in stats.calibration(recs).items() if k != "bins"}
@@ -129,6 +130,8 @@ def _pct(estimate: dict[str, Any], signed: bool = False) -> str:
 
 def splits_markdown(result: dict[str, Any]) -> str:
     """`eval_splits.json` as markdown: success per pattern set and model, then the paired differences."""
+    from cells.evaluation.split_pool import grpo_vs
+
     sets = result["sets"]
     models = list(next(iter(sets.values()))["success"])
     lines = [f"Drift split `{result['split']}`; run trained with "
@@ -151,7 +154,7 @@ def splits_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {which} | " + " | ".join(_secondary(block, m) for m in models) + " |")
     text = "\n".join(lines)
     for m in models:
-        text = text.replace(f"trained - {m}", f"GRPO − {MODEL_WORDS.get(m, m)}")
+        text = text.replace(grpo_vs(m), f"GRPO − {MODEL_WORDS.get(m, m)}")
     return text
 
 

@@ -33,6 +33,14 @@ RECORDS_FILE = "records_splits.jsonl"
 ARCHIVED_RECORDS_FILE = RECORDS_FILE + ".gz"  # the same lines, gzipped: what `archive_split_run` keeps in the repo
 EVAL_FILE = "eval_splits.json"
 ORACLE_MODEL = "trained"  # the oracle's full recipe (warm start + GRPO), the reference GRPO aims at
+
+
+def grpo_vs(model: str) -> str:
+    """The key of GRPO's paired difference against `model` in a set's `paired` block."""
+    return f"trained - {model}"
+
+
+GRPO_GAIN = grpo_vs("warm_start")  # GRPO's gain over the warm start it started from
 WITHHELD = ("reinforced", "unseen")  # the sets the warm start never saw: where calibration is judged
 REQUIRED_SEEDS = 3  # the experiment's targets are pooled over three training seeds
 BOOTSTRAP_SEED = 0  # pooled intervals: one fixed seed, since the runs' own profile seeds differ
@@ -221,7 +229,7 @@ def _set_block(which: str, runs: Sequence[SplitRun], models: list[str], oracle: 
         if m == "trained" or not both:
             continue
         strata = {r.name: (r.records[which][m], r.records[which]["trained"]) for r in both}
-        block["paired"][f"trained - {m}"] = {
+        block["paired"][grpo_vs(m)] = {
             "pooled": stats.stratified_paired_difference(strata, metric="success", **kw),
             "per_run": {k: stats.paired_difference(b, f, metric="success", **kw) for k, (b, f) in strata.items()}}
     block["calibration"] = {m: _brief_calibration(pooled_recs[m]) for m in models}
@@ -298,12 +306,12 @@ def targets(pooled: dict[str, Any]) -> list[dict[str, Any]]:
 
     rows = [
         row("reinforced_vs_warm_start", "reinforced: GRPO − warm start ≥ +10 points, 95% CI above 0 pooled over 3 "
-            "seeds, positive at each", _paired_row(pooled, "reinforced", "trained - warm_start"),
+            "seeds, positive at each", _paired_row(pooled, "reinforced", GRPO_GAIN),
             lambda v, lo, per: v >= 0.10 and lo > 0 and all(x > 0 for x in per)),
         row("reinforced_vs_sft_control", "reinforced: GRPO − SFT-only control, 95% CI above 0 pooled over 3 seeds",
-            _paired_row(pooled, "reinforced", "trained - sft_control"), lambda v, lo, per: lo > 0),
+            _paired_row(pooled, "reinforced", grpo_vs("sft_control")), lambda v, lo, per: lo > 0),
         row("demonstrated_regression", "demonstrated: GRPO − warm start ≥ −2 points pooled",
-            _paired_row(pooled, "demonstrated", "trained - warm_start"), lambda v, lo, per: v >= -0.02,
+            _paired_row(pooled, "demonstrated", GRPO_GAIN), lambda v, lo, per: v >= -0.02,
             seeds_needed=False),
     ]
     cal = pooled["calibration_withheld"]["pooled"]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cells.evaluation.split_pool import ORACLE_MODEL
+from cells.evaluation.split_pool import GRPO_GAIN, ORACLE_MODEL
 
 
 def _pct(estimate: Mapping[str, Any] | None, signed: bool = False) -> str:
@@ -23,6 +23,13 @@ def _pct(estimate: Mapping[str, Any] | None, signed: bool = False) -> str:
     sign = "+" if signed else ""
     value, low, high = (100 * estimate[k] for k in ("value", "low", "high"))
     return f"{value:{sign}.1f}% [{low:{sign}.1f}, {high:{sign}.1f}]"
+
+
+def _paired_diff(block: Mapping[str, Any], pair: str, run: str | None = None) -> Mapping[str, Any] | None:
+    """The paired difference `pair` of one pattern set's pooled block: pooled over seeds, or at training run `run`;
+    None where the pair was not measured."""
+    entry = block["paired"].get(pair, {})
+    return (entry.get("pooled", {}) if run is None else entry.get("per_run", {}).get(run, {})).get("diff")
 
 
 def _pair_words(pair: str, words: Mapping[str, str]) -> str:
@@ -118,11 +125,11 @@ def _paired_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str]
     pairs = list(dict.fromkeys(p for b in sets.values() for p in b["paired"]))
     oracle_pairs = list(dict.fromkeys(p for b in sets.values() for p in b.get("oracle_paired", {})))
     names = [_pair_words(p, words) for p in pairs]
-    rows = [[w] + [_pct(b["paired"].get(p, {}).get("pooled", {}).get("diff"), signed=True) for p in pairs]
+    rows = [[w] + [_pct(_paired_diff(b, p), signed=True) for p in pairs]
             + [_pct(b.get("oracle_paired", {}).get(p, {}).get("diff"), signed=True) for p in oracle_pairs]
             for w, b in sets.items()]
-    per_seed = [[w, r["run"]] + [_pct(b["paired"].get(p, {}).get("per_run", {}).get(r["run"], {}).get("diff"), True)
-                                 for p in pairs] for w, b in sets.items() for r in pooled["runs"]]
+    per_seed = [[w, r["run"]] + [_pct(_paired_diff(b, p, r["run"]), True) for p in pairs]
+                for w, b in sets.items() for r in pooled["runs"]]
     return ["Paired differences in success, pooled over seeds (bootstrap 95% interval):", "",
             *_table(["pattern set", *names] + ["oracle − GRPO"] * len(oracle_pairs), rows), "",
             "Paired differences per seed:", "", *_table(["pattern set", "run", *names], per_seed), ""]
@@ -169,7 +176,7 @@ def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
     head = ["pattern set"] + [words.get(m, m) for m in models] + (["oracle"] if oracle else [])
     head.append("GRPO − warm start (paired, 95% CI)")
     rows = [[w, *_success_cells(pooled, b),
-             _pct(b["paired"].get("trained - warm_start", {}).get("pooled", {}).get("diff"), signed=True)]
+             _pct(_paired_diff(b, GRPO_GAIN), signed=True)]
             for w, b in sets.items()]
     passed = sum(t["status"] == "PASS" for t in pooled["targets"])
     seeds = len(pooled["runs"])
@@ -184,7 +191,8 @@ def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
 def _per_seed_gain_sentence(pooled: dict[str, Any], which: str) -> str:
     """GRPO − warm start on one pattern set at each training seed, with its interval: a pooled gain can hide a seed
     where GRPO adds nothing, and the glance is all many readers see."""
-    per_run = pooled["sets"].get(which, {}).get("paired", {}).get("trained - warm_start", {}).get("per_run", {})
-    parts = [f"seed {r.get('seed', r['run'])} {_pct(per_run[r['run']]['diff'], signed=True)}"
-             for r in pooled["runs"] if r["run"] in per_run]
+    block = pooled["sets"].get(which)
+    parts = [f"seed {r['seed'] if r.get('seed') is not None else r['run']} "
+             f"{_pct(_paired_diff(block, GRPO_GAIN, r['run']), signed=True)}"
+             for r in pooled["runs"] if block and _paired_diff(block, GRPO_GAIN, r["run"])]
     return f"GRPO − warm start on {which} episodes per training seed: {'; '.join(parts)}." if parts else ""
