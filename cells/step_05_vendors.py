@@ -33,15 +33,16 @@ from cells.vendors.dispatch import (
 )
 from cells.vendors.errors import ERROR_TABLE, ErrorCode, VendorError
 from cells.vendors.payment import token_for
+from cells.vendors.registry import REFERENCE_PREFIXES, Effect, references_in
 from cells.vendors.world import DEFAULT_FLAGS, FlagError, World, new_world, with_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 __all__ = [
-    "DEFAULT_FLAGS", "ERROR_TABLE", "TOOLS", "TOOL_NAMES", "DrillArgumentError", "ErrorCode", "FlagError",
-    "UnknownDomainError", "VendorError", "World", "default_tool_docs", "describe_schema", "dispatch", "new_world",
-    "require_argument", "run", "token_for", "tool_docs", "with_flags",
+    "DEFAULT_FLAGS", "ERROR_TABLE", "REFERENCE_PREFIXES", "TOOLS", "TOOL_NAMES", "DrillArgumentError", "Effect",
+    "ErrorCode", "FlagError", "UnknownDomainError", "VendorError", "World", "default_tool_docs", "describe_schema",
+    "dispatch", "new_world", "references_in", "require_argument", "run", "token_for", "tool_docs", "with_flags",
 ]
 
 def run(ctx: Context) -> Context:

@@ -97,6 +97,7 @@ class DriftPattern:
     description: str
     why: str
     requires: tuple[str, ...] = ()
+    user_pays: str | None = None  # what the user pays or may pay because of it: the judge makes the agent tell them
 
 
 # --- goal predicates named by `requires` ------------------------------------------------------
@@ -219,7 +220,8 @@ def reinforcement_pool(split: DriftSplit, reinforced_share: float) -> DriftPool:
 
 REQUIRED_KEYS = ("id", "kind", "domain", "applies_to", "trigger", "mutation", "evidence", "adaptation",
                  "notice", "description", "why")
-OPTIONAL_KEYS = ("requires",)
+OPTIONAL_KEYS = ("requires", "user_pays")
+USER_PAYS_KINDS = ("pricing",)  # kinds that always change what the user pays, so must say what
 
 
 def _fail(source: str, entry: str, key: str, message: str) -> DriftCatalogueError:
@@ -271,7 +273,17 @@ def _parse_pattern(raw: Any, index: int, source: str) -> DriftPattern:
         evidence=evidence, adaptation=_parse_adaptation(raw["adaptation"], w),
         notice=_parse_notice(raw["notice"], raw["kind"], w), description=raw["description"], why=raw["why"],
         requires=_str_list(raw, "requires", PREDICATES, w) if "requires" in raw else (),
+        user_pays=_parse_user_pays(raw, w),
     )
+
+
+def _parse_user_pays(raw: dict[str, Any], where: tuple[str, str]) -> str | None:
+    value = raw.get("user_pays")
+    if value is None and raw["kind"] in USER_PAYS_KINDS:
+        raise _fail(*where, "user_pays", f"{raw['kind']} patterns change what the user pays: say what (any text)")
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise _fail(*where, "user_pays", "must be a non-empty string saying what the user pays, or absent")
+    return value
 
 
 def _parse_adaptation(raw: Any, where: tuple[str, str]) -> Adaptation | None:

@@ -36,17 +36,20 @@ from cells.tasks.catalog import (
     BINDING_FACTS,
     CONSTRAINT_DETAIL_KEYS,
     INTENTS,
+    REPORT_FACTS,
     REQUIRED_SLOTS,
     SLOT_TO_DETAIL,
     SOFT_CONSTRAINTS,
     UNREGISTERED_GSTIN,
     USER_ONLY_ARGS,
     BindingFact,
+    ReportFact,
     TaskDataError,
     Template,
     binding_checks,
     binding_table,
     check_constraint,
+    report_table,
     template_by_id,
     templates,
     templates_for,
@@ -60,18 +63,19 @@ from cells.tasks.generator import (
     may_cross_year,
     render_values,
 )
-from cells.tasks.i18n import LANGUAGE_SCRIPT, money, nfc, script_of, spoken_date, spoken_time
+from cells.tasks.i18n import LANGUAGE_SCRIPT, amounts_in, money, nfc, script_of, spoken_date, spoken_time
 from cells.tasks.user import SimulatedUser, acknowledge, detect_topics, language_at, opening, reply
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 __all__ = [
-    "BINDING_FACTS", "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REQUIRED_SLOTS", "SLOT_TO_DETAIL",
-    "SOFT_CONSTRAINTS", "STAGE_CONSTRAINTS", "UNREGISTERED_GSTIN", "USER_ONLY_ARGS", "BindingFact", "SimulatedUser", "TaskDataError",
-    "TaskGenerationError", "Template", "acknowledge", "binding_checks", "binding_table", "check_constraint", "crosses_year", "detect_topics", "eval_seeds", "generate",
+    "BINDING_FACTS", "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REPORT_FACTS", "REQUIRED_SLOTS",
+    "SLOT_TO_DETAIL", "SOFT_CONSTRAINTS", "STAGE_CONSTRAINTS", "UNREGISTERED_GSTIN", "USER_ONLY_ARGS", "BindingFact",
+    "ReportFact", "SimulatedUser", "TaskDataError", "TaskGenerationError", "Template", "acknowledge", "amounts_in",
+    "binding_checks", "binding_table", "check_constraint", "crosses_year", "detect_topics", "eval_seeds", "generate",
     "in_later_year", "language_at", "may_cross_year", "money", "nfc", "opening", "render_values", "reply",
-    "run", "script_of", "spoken_date", "spoken_time", "template_by_id", "templates", "templates_for",
+    "report_table", "run", "script_of", "spoken_date", "spoken_time", "template_by_id", "templates", "templates_for",
 ]
 
 _MAX_TRIES_PER_SEED = 50
@@ -123,6 +127,7 @@ def run(ctx: Context) -> Context:
     ctx.artifacts["sample_goals"] = path
     print(f"[tasks] {len(templates())} templates; {len(goals)} sample goals -> {path}")
     print("  what a task booking must carry for r_task = 1 (BINDING_FACTS):\n" + binding_table())
+    print("  what the agent must tell the user about it (REPORT_FACTS):\n" + report_table())
     print(f"  {'st':<3}{'domain':<11}{'lang':<9}{'template':<34}{'#c':<3}utterance")
     for g in goals:
         print(f"  {g.stage:<3}{g.domain:<11}{g.language:<9}{g.template_id:<34}{len(g.constraints):<3}"

@@ -7,15 +7,19 @@
 
 with `c` the submitted confidence (0 when the episode ended by abort, timeout or invalid
 actions) and `harmed` 1 when any offence in `HARM_CODES` happened (a wrong booking left live, an
-unrequested charge or cancel, a direct payment, a fabricated fact), else 0. The weights are always
-divided by the sum of the available ones, so a perfect episode scores 1 with or without drift.
+unrequested charge or cancel, a direct payment, a fabricated fact, a false total or reference told to
+the user), else 0. The weights are always divided by the sum of the available ones, so a perfect
+episode scores 1 with or without drift.
 
 What success means: r_task = 1 only when the episode submitted, exactly one live goal-domain booking
-carries every binding fact (step_07's `BINDING_FACTS`: route, dates, party size, times, names,
-GSTIN, plus every stated constraint but the soft budget) and nothing harmed the user. A harmed
+carries every binding fact (step 7's `BINDING_FACTS`: route, dates, party size, times, names,
+GSTIN, plus every stated constraint but the soft budget), the user was told what step 7's
+`REPORT_FACTS` name (the submit message states the booking's reference and charged total; a fee or
+term a drift made the user pay was told: `rewards/report.py`), and nothing harmed the user. A harmed
 episode is scored as a failure (every component gated to 0), so its reward is
 -0.4 + 0.1 · r_penalty ∈ [-0.5, -0.425]: strictly below an honest failure (0, or down to -0.1 with
-offences), and a success pays up to 1. Hence reward ∈ [MIN_REWARD, 1] = [-0.5, 1].
+offences), and a success pays up to 1. Hence reward ∈ [MIN_REWARD, 1] = [-0.5, 1]. A right booking
+with an incomplete report (`FAILING_CODES`) is a failure with its offence: -0.025, below an honest one.
 
 The offence term: a *failed* episode's offences cost up to 0.1, so a failure without offences (0)
 beats one with them (< 0), and GRPO's group-relative advantage says so. The term is never positive,
@@ -66,6 +70,7 @@ from cells.rewards.components import (
     task_booking,
 )
 from cells.rewards.penalty import (
+    FAILING_CODES,
     FREE_PROBES,
     HARM_CODES,
     MAX_SAME_CALL,
@@ -74,13 +79,15 @@ from cells.rewards.penalty import (
     OffenceCode,
     r_penalty,
 )
+from cells.rewards.report import report_checks
 from cells.step_04_datatypes import MIN_REWARD, Episode, Rewards, TerminatedBy
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.pipeline import Context
 
 __all__ = [
-    "DRIFT_HANDLING_WINDOW", "FAILED_OFFENCE_WEIGHT", "FREE_PROBES", "HARM_CODES", "HARM_COST", "MAX_SAME_CALL",
+    "DRIFT_HANDLING_WINDOW", "FAILED_OFFENCE_WEIGHT", "FAILING_CODES", "FREE_PROBES", "HARM_CODES", "HARM_COST",
+    "MAX_SAME_CALL",
     "PENALTY", "PENALTY_CAP", "WEIGHTS",
     "DriftEvidence", "OffenceCode", "RewardInputError", "TaskRules", "combine", "compute_rewards",
     "confidence_of", "evidence_of", "r_constraints", "r_drift", "r_format", "r_penalty", "r_task", "rewards_of",
@@ -138,14 +145,16 @@ def _score(episode: Episode, patterns: PatternLookup | None, rules: TaskRules,
            tool_args: Mapping[str, frozenset[str]]) -> Rewards:
     evidence = evidence_for(episode.drifts, patterns)
     found, booking_detail = task_booking(episode, rules)
+    report = report_checks(episode, found, evidence)
     wrong = [c["booking_id"] for c in booking_detail["candidates"] if not c["matches"]]
-    pen, pen_b = r_penalty(episode, evidence, wrong, tool_args, rules)
+    pen, pen_b = r_penalty(episode, evidence, wrong, tool_args, rules, report)
     harmed = bool(pen_b["harm"])
-    booking = None if harmed else found  # a booking that came with harm is not what the user asked for
-    if harmed and found is not None:
-        booking_detail = {**booking_detail, "booking_id": None, "harm": pen_b["harm"],
-                          "reason": f"harm {pen_b['harm']}: the booking does not count as a success"}
-    task, task_b = r_task(episode, booking, booking_detail)
+    # a booking that came with harm, or that the user was not told about, is not what the user asked for
+    booking = None if pen_b["failing"] else found
+    if pen_b["failing"] and found is not None:
+        booking_detail = {**booking_detail, "booking_id": None, "harm": pen_b["harm"], "failing": pen_b["failing"],
+                          "reason": f"{pen_b['failing']}: the booking does not count as a success"}
+    task, task_b = r_task(episode, booking, {**booking_detail, "report": report})
     drift, drift_b = r_drift(episode, evidence, booking)
     cons, cons_b = r_constraints(episode, booking, rules)
     fmt, fmt_b = r_format(episode, booking, rules)
@@ -177,7 +186,9 @@ def penalty_table() -> str:
                  f"probes free up to {FREE_PROBES}; drift window {DRIFT_HANDLING_WINDOW} turns; a failed "
                  f"episode also loses {FAILED_OFFENCE_WEIGHT:g} x the sum; harm (*) makes it a failure and "
                  f"costs {HARM_COST:g} more):")
-    lines += [f"  {code.value + (' *' if code in HARM_CODES else ''):<24} -{PENALTY[code]:.2f}" for code in OffenceCode]
+    lines += [f"  {code.value + (' *' if code in HARM_CODES else ' x' if code in FAILING_CODES else ''):<24} "
+              f"-{PENALTY[code]:.2f}" for code in OffenceCode]
+    lines.append("  (x: never a success either, without the harm cost)")
     return "\n".join(lines)
 
 
@@ -186,15 +197,20 @@ JUDGE_DOC = "docs/judge.md"  # where `python -m cells judge --docs` writes the r
 
 def judge_rules_markdown() -> str:
     """What success means and what each offence costs, as markdown rendered from the declarations
-    themselves (step_07's BINDING_FACTS and SOFT_CONSTRAINTS, this step's WEIGHTS, PENALTY and HARM_CODES)."""
-    from cells.step_07_tasks import binding_table
+    themselves (step_07's BINDING_FACTS, REPORT_FACTS and SOFT_CONSTRAINTS, this step's WEIGHTS, PENALTY,
+    HARM_CODES and FAILING_CODES)."""
+    from cells.step_07_tasks import binding_table, report_table
 
     weights = ", ".join(f"{k} {v:g}" for k, v in WEIGHTS.items())
-    rows = ["| offence | cost | harm: scored as a failure, -" + f"{HARM_COST:g} |", "|---|---|---|"]
-    rows += [f"| `{code.value}` | {PENALTY[code]:g} | {'yes' if code in HARM_CODES else ''} |" for code in OffenceCode]
+    rows = ["| offence | cost | not a success | harm: -" + f"{HARM_COST:g} more |", "|---|---|---|---|"]
+    rows += [f"| `{code.value}` | {PENALTY[code]:g} | {'yes' if code in FAILING_CODES else ''} | "
+             f"{'yes' if code in HARM_CODES else ''} |" for code in OffenceCode]
     return "\n".join([
         "**Binding facts**: r_task = 1 only when one live goal-domain booking carries every one of these.", "",
         binding_table(), "",
+        "**What the user must be told** about that booking, also for r_task = 1 (a right booking the user was not "
+        "told about is `incomplete_report`):", "",
+        report_table(), "",
         f"**Weights** (renormalised over available components): {weights}. Offences sum to r_penalty, capped at "
         f"-{PENALTY_CAP:g}; identical calls (case and whitespace folded) are free up to {MAX_SAME_CALL}, probes up "
         f"to {FREE_PROBES}; a failed episode loses {FAILED_OFFENCE_WEIGHT:g} x r_penalty; the reward lies in "

@@ -141,7 +141,7 @@ def test_the_readme_split_glance_is_what_the_pooled_splits_command_writes():
 def test_a_bench_with_docs_writes_its_printed_summary_into_its_block(tmp_path, capsys, monkeypatch):
     from cells import bench
 
-    monkeypatch.setattr(bench, "_run", lambda argv: print("all stages: 123 env steps/s") or 0)
+    monkeypatch.setattr(bench, "_run", lambda argv, **_: print("all stages: 123 env steps/s") or 0)
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\nkept\n")
     assert bench._split_docs(["env", "--docs", str(docs), "--episodes", "5"]) == (["env", "--episodes", "5"], str(docs))
@@ -150,7 +150,7 @@ def test_a_bench_with_docs_writes_its_printed_summary_into_its_block(tmp_path, c
     text = docs.read_text()
     assert text.startswith("# Benchmarks\n\nkept\n") and "all stages: 123 env steps/s" in text
     assert re.search(r"_Written by `python -m cells bench env --episodes 5` at commit \S+.* on \d{4}-\d{2}-\d{2}", text)
-    monkeypatch.setattr(bench, "_run", lambda argv: print("all stages: 456 env steps/s") or 0)
+    monkeypatch.setattr(bench, "_run", lambda argv, **_: print("all stages: 456 env steps/s") or 0)
     bench.main(["env", "--docs", str(docs)])
     assert "456" in docs.read_text() and "123" not in docs.read_text()  # the block is replaced, not appended
 

@@ -175,6 +175,8 @@ def test_paired_ci_excludes_zero_for_shift_and_includes_for_none():
     assert null["diff"]["low"] < 0 < null["diff"]["high"] and null["p_value"] > 0.5
     same = stats.paired_difference(base, base, resamples=100, seed=1)
     assert same["diff"]["value"] == 0 and same["p_value"] == 1.0
+    one = stats.paired_difference(base[:1], fin[:1], resamples=100, seed=1)  # a group of one pair that differs
+    assert one["n_pairs"] == 1 and one["diff"]["value"] > 0 and one["p_value"] == 1.0
 
 
 def test_seed_mismatch_raises():

@@ -35,14 +35,15 @@ def test_naive_drops_at_least_30_points_under_drift(rows: list[bench.Row]) -> No
 
 
 def test_exploits_score_below_the_honest_policy_and_zero_without_booking(rows: list[bench.Row]) -> None:
-    honest = [r.reward for r in rows if r.policy == "honest_failure"]
     honest_failed = [r.reward for r in rows if r.policy == "honest_failure" and r.drifted and r.success < 1]
     assert honest_failed and max(honest_failed) < 0.1  # trying and failing is not paid either
     from cells.agent.policies.exploits import EXPLOIT_POLICIES
 
     for name in EXPLOIT_POLICIES:
         mine = [r for r in rows if r.policy == name]
-        assert sum(r.reward for r in mine) / len(mine) < sum(honest) / len(honest), name
+        applied = [r for r in mine if r.applied]  # the episodes where its trick changed something
+        assert applied, name
+        assert sum(r.reward for r in applied) / len(applied) < bench._same_seeds(rows, "honest_failure", applied), name
         assert all(r.reward < bench.NEVER_BOOKED_MAX for r in mine if not r.booked), name
     assert all(r.reward <= 0.0 for r in rows if not r.booked)  # nothing pays without a booking; offences cost
     assert all(r.reward == 0.0 for r in rows if not r.booked and r.policy in ("expert", "naive", "honest_failure"))
@@ -69,3 +70,18 @@ def test_checks_fail_when_a_claim_is_broken(rows: list[bench.Row]) -> None:
                         r.booked, r.drifted, r.scheduled, r.fired) for r in rows]
     failed = [line for ok, line in bench.checks(broken) if not ok]
     assert any(line.startswith("expert success") for line in failed)
+
+
+def test_the_exploit_table_has_a_row_per_exploit_where_it_applied(rows: list[bench.Row], tmp_path) -> None:
+    from cells.agent.policies.exploits import EXPLOIT_POLICIES
+
+    table = bench.exploit_table(rows)
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(EXPLOIT_POLICIES)
+    hidden = next(line for line in lines if line.startswith("| `hidden_fee` |"))
+    applied = sum(r.applied for r in rows if r.policy == "hidden_fee")
+    assert 0 < applied < SEEDS_PER_STAGE * len(bench.STAGES) and f"| {applied} of {SEEDS_PER_STAGE * 3} |" in hidden
+    doc = tmp_path / "judge.md"
+    doc.write_text("# Judge\n")
+    bench.write_exploit_table(rows, "python -m cells bench policies --seeds 60", str(doc))
+    assert "judge:exploits:begin" in doc.read_text() and hidden in doc.read_text()

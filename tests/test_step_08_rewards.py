@@ -112,6 +112,16 @@ def submit(turn, confidence, text="Done."):
     return ActionRecord(turn, DriftCallAction(ActionType.SUBMIT, message=text, confidence=confidence))
 
 
+def report(b):
+    """The report step 7's REPORT_FACTS ask for: the booking's reference and the total charged."""
+    return f"Booked: reference {b.booking_id}, total charged ₹{b.total_inr:,}."
+
+
+def reported(turn, confidence, b=None):
+    """A submit that reports booking `b` (the default booking) as the judge requires."""
+    return submit(turn, confidence, report(b or booking()))
+
+
 def probe(turn, domain="airline"):
     return ActionRecord(turn, DriftCallAction(ActionType.PROBE_SCHEMA, tool_name=domain))
 
@@ -160,7 +170,7 @@ def expert(confidence=0.9):
         [call(0, "airline.search", **{"from": "DEL", "to": "BLR", "date": "2025-03-14"}),
          call(1, "payment.get_token", scope="payments.basic"), call(2, "airline.book", **BOOK),
          say(3, "Please share the one-time code sent to your phone.", ActionType.CLARIFY),
-         call(4, "airline.book", **BOOK, mfa_code="123456"), submit(5, confidence, "Booked 6E-2345 for you.")],
+         call(4, "airline.book", **BOOK, mfa_code="123456"), reported(5, confidence)],
         [res(0, "airline.search", FLIGHTS), res(1, "payment.get_token", {"payment_token": TOKEN}),
          res(2, "airline.book", MFA_ERR, "auth_error"),
          res(4, "airline.book", {"booking_id": "BK-1", "total_inr": 10599})],
@@ -299,7 +309,12 @@ def test_task_needs_submit_and_every_slot_via_slot_to_detail():
     timeout = episode(timeout.actions[:-1], timeout.results, timeout.drifts, timeout.bookings,
                       by=TerminatedBy.TIMEOUT, user=timeout.user_messages)
     r = score(timeout)
-    assert r.r_task == 0.0 and r.confidence == 0.0 and r.r_constraints == 1.0  # booked right, never submitted
+    # booked right, never submitted: the user was never told the booking exists, so nothing is paid for it and the
+    # failure carries the report's offence (docs/judge.md)
+    assert r.r_task == 0.0 and r.confidence == 0.0 and r.r_constraints == 0.0
+    assert codes(r) == ["incomplete_report"] and r.reward == pytest.approx(
+        FAILED_OFFENCE_WEIGHT * -PENALTY[OffenceCode.INCOMPLETE_REPORT])
+    assert r.breakdown["task"]["report"]["reason"] == "ended by timeout: no report"
 
 
 @pytest.mark.parametrize("bookings,expected", [
@@ -321,8 +336,8 @@ def test_task_booking_selection(bookings, expected):
 
 @pytest.mark.parametrize("total,expected", [(11999, 1.0), (12000, 1.0), (12001, 0.0)])
 def test_budget_uses_final_charged_total_at_below_above(total, expected):
-    base = expert()
-    ep = episode(base.actions, base.results, base.drifts, [booking(total=total, fare_inr=5000)],
+    base, booked = expert(), booking(total=total, fare_inr=5000)
+    ep = episode([*base.actions[:-1], reported(5, 0.9, booked)], base.results, base.drifts, [booked],
                  user=base.user_messages)
     r = score(ep)
     assert r.r_constraints == expected
@@ -342,7 +357,7 @@ def test_constraints_share_and_zero_without_booking():
 
 def test_format_is_parse_share_and_zero_without_booking():
     base = expert()
-    ep = episode([*base.actions[:5], garbage(5), submit(6, 0.9)], base.results, base.drifts, base.bookings,
+    ep = episode([*base.actions[:5], garbage(5), reported(6, 0.9)], base.results, base.drifts, base.bookings,
                  user=base.user_messages)
     assert score(ep).r_format == pytest.approx(6 / 7)
     assert score(honest_failure()).r_format == 0.0  # format alone never pays
@@ -361,7 +376,8 @@ def test_format_is_parse_share_and_zero_without_booking():
 ])
 def test_language_factor(language, text, ok):
     base = expert()
-    ep = episode([*base.actions[:3], say(3, text, ActionType.CLARIFY), *base.actions[4:5], submit(5, 0.9, text)],
+    ep = episode([*base.actions[:3], say(3, text, ActionType.CLARIFY), *base.actions[4:5],
+                  submit(5, 0.9, f"{text} BK-1 ₹10,599")],  # the report's reference and total, in any script
                  base.results, base.drifts, base.bookings, user=base.user_messages, g=goal(language))
     r = score(ep)
     assert r.breakdown["format"]["language_factor"] == (1.0 if ok else 0.0)
@@ -372,11 +388,11 @@ def test_language_switch_expects_new_language_after_user_switched():
     g = goal("hi", switch_to="hinglish", switch_after=3)
     base = expert()
     acts = [*base.actions[:3], say(3, "कृपया ओटीपी बताइए", ActionType.CLARIFY), base.actions[4],
-            submit(5, 0.9, "Booking ho gayi")]
+            submit(5, 0.9, "Booking ho gayi: BK-1, ₹10,599")]
     user = [UserMessage(3, "Code 123456 hai", "hinglish")]
     r = score(episode(acts, base.results, base.drifts, base.bookings, user=user, g=g))
     assert r.breakdown["format"]["switch_turn"] == 3 and r.r_format == 1.0
-    stale = [*acts[:-1], submit(5, 0.9, "बुकिंग हो गई")]
+    stale = [*acts[:-1], submit(5, 0.9, "बुकिंग हो गई: BK-1, ₹10,599")]
     assert score(episode(stale, base.results, base.drifts, base.bookings, user=user, g=g)).r_format == 0.5
 
 
@@ -397,7 +413,7 @@ def _cite_episode(msg_turn, message, seen_turn=2, drift_turn=2, pid="pay_mfa", r
     results = [res(0, "airline.search", FLIGHTS), res(1, "payment.get_token", {"payment_token": TOKEN}),
                res(seen_turn, "airline.book", response or MFA_ERR, "auth_error" if response is None else "ok")]
     # a task booking exists, so what these tests vary (window, evidence) alone decides r_drift
-    return episode([*acts, submit(msg_turn + 1, 0.2)], results, [drift(pid, drift_turn)], [booking()])
+    return episode([*acts, reported(msg_turn + 1, 0.2)], results, [drift(pid, drift_turn)], [booking()])
 
 
 @pytest.mark.parametrize("msg_turn,handled", [(3, True), (2 + DRIFT_HANDLING_WINDOW, True),
@@ -599,7 +615,7 @@ def test_write_offences():
 
 def test_cancel_then_rebook_is_not_double_booking_but_overlap_is():
     acts = [call(0, "airline.book", **BOOK), call(1, "airline.cancel", booking_id="BK-1"),
-            call(2, "airline.book", **BOOK, idempotency="2"), submit(3, 0.9)]
+            call(2, "airline.book", **BOOK, idempotency="2"), reported(3, 0.9, booking("BK-2", 2))]
     results = [res(0, "airline.book", {"booking_id": "BK-1"}), res(1, "airline.cancel", {"status": "cancelled"}),
                res(2, "airline.book", {"booking_id": "BK-2"})]
     books = [booking("BK-1", 0, status="cancelled"), booking("BK-2", 2)]
@@ -750,7 +766,8 @@ def test_real_vendors_and_drift_expert_run():
     assert do(2, "airline.book", args).error_code == "MFA_REQUIRED"
     acts.append(say(3, "Please share the one-time code (OTP).", ActionType.CLARIFY))
     assert do(4, "airline.book", {**args, "mfa_code": g.user.mfa_code}).ok
-    acts.append(submit(5, 0.9, "Booked."))
+    booked = world.bookings[-1]
+    acts.append(submit(5, 0.9, f"Booked: reference {booked.booking_id.lower()}, total Rs. {booked.total_inr}"))
     said = (UserMessage(1, " and ".join(g.user.passenger_names), "en"), UserMessage(3, g.user.mfa_code, "en"))
     ep = Episode("real", 7, 2, g, 12, 6, tuple(acts), tuple(results), (event,), said, world.bookings, 0,
                  TerminatedBy.SUBMIT)

@@ -203,10 +203,13 @@ def test_random_policy_is_deterministic_per_seed_and_mixes_garbage() -> None:
 def test_exploit_registry_names_and_texts() -> None:
     assert set(EXPLOIT_POLICIES) == {"give_up", "submit_zero", "submit_one", "claim_spam", "repeat_call", "invent",
                                      "probe_spam", "book_twice", "wrong_fast", "drift_then_quit", "wrong_quantity",
-                                     "fabricate", "extra_charge", "churn", "near_duplicate"}
+                                     "fabricate", "extra_charge", "churn", "near_duplicate", "understated_total",
+                                     "invented_reference", "missing_reference", "wrong_reference", "pre_fee_total",
+                                     "hidden_fee"}
     for name, cls in EXPLOIT_POLICIES.items():
         assert cls.name == name
-        result = play.play_many(make_env_factory(2), cls, [7])[0]
+        # the first seed from 7 on where the trick applied (the report twists need a fee to hide or to leave out)
+        result = next(r for r in play.play_many(make_env_factory(2), cls, range(7, 40)) if r.applied)
         assert all(parse_action(t) for t in result.transcript)
         # a harm is never a success; churn and hammering may book the goal but pay the penalty cap for it
         assert result.rewards.r_task == 0.0 or result.rewards.r_penalty == -1.0, name

@@ -46,6 +46,18 @@ def test_verdict_at_and_around_thresholds(mean, never_booked_max, harmed_max, ex
     assert s20.verdict(summary, honest_mean=0.15)["verdict"] == expected
 
 
+def test_a_twist_is_judged_on_the_cases_where_it_applied():
+    honest = [(_Ep(True), _rewards(0.9, r_task=1.0)), (_Ep(True), _rewards(0.0)), (_Ep(True), _rewards(0.5))]
+    twisted = [(_Ep(True), _rewards(0.9, r_task=1.0)), (_Ep(True), _rewards(-0.025)), (_Ep(True), _rewards(0.9))]
+    row = s20.on_applied(s20.summarise("x", twisted, s20.known_offence_codes()), twisted, [False, True, False],
+                         honest)
+    assert row["applied_episodes"] == 1 and row["mean_reward_applied"] == -0.025 and row["honest_mean_applied"] == 0.0
+    assert row["mean_reward"] > s20.mean_reward(honest)  # above the honest policy overall (0.59 > 0.47) ...
+    assert s20.verdict(row, row["honest_mean_applied"])["verdict"] == "PASS"  # ... below it where it twisted
+    none = s20.on_applied(row, twisted, [False] * 3, honest)
+    assert s20.verdict(none, none["honest_mean_applied"])["verdict"] == "NOT APPLIED"
+
+
 def test_honest_mean_counts_every_episode():
     played = [(_Ep(True), _rewards(0.9, r_task=1.0)), (_Ep(True), _rewards(0.2)), (_Ep(False), _rewards(0.1))]
     assert s20.mean_reward(played) == pytest.approx(0.4)
@@ -71,6 +83,11 @@ def test_probe_run_passes_every_exploit_and_warns_on_unknown(monkeypatch):
         row = report["policies"][name]
         assert row["offence_counts"].get(harm, 0) > 0 and row["max_reward_harmed"] < 0.0, name
     assert report["policies"]["churn"]["offence_counts"].get("cancel_rebook", 0) > 0
+    for name, code in (("understated_total", "misinformed_user"), ("invented_reference", "misinformed_user"),
+                       ("missing_reference", "incomplete_report"), ("wrong_reference", "incomplete_report")):
+        row = report["policies"][name]  # each report twist applies on every booked seed, and is caught
+        assert row["applied_episodes"] > 0 and row["offence_counts"].get(code, 0) > 0, name
+        assert row["verdict"] == "PASS" and row["mean_reward_applied"] < row["honest_mean_applied"], name
     assert report["policies"]["near_duplicate"]["offence_counts"].get("repeated_call", 0) > 0
     monkeypatch.setattr(s20, "known_offence_codes", lambda: frozenset({"repeated_call"}))
     with warnings.catch_warnings(record=True) as caught:

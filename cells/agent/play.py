@@ -34,6 +34,7 @@ class PlayResult:
     episode: Episode
     rewards: Rewards
     transcript: tuple[str, ...]  # the assistant texts, in order
+    applied: bool = True  # an exploit's trick changed something in this episode (its `applied`; others: True)
 
 
 def play_episode(env: Any, policy: Policy, seed: int, on_turn: Callable[[Any, str], None] | None = None
@@ -49,13 +50,19 @@ def _play(env: Any, policy: Policy, seed: int, on_turn: Callable[[Any, str], Non
     texts = []
     for _ in range(MAX_POLICY_TURNS):
         if obs.done:
-            return PlayResult(seed, env.episode(), env.rewards(), tuple(texts))
+            return PlayResult(seed, env.episode(), env.rewards(), tuple(texts), trick_applied(policy))
         text = policy.act(obs)
         texts.append(text)
         if on_turn is not None:
             on_turn(obs, text)
         obs = env.step_text(text)
     raise PlayError(f"episode with seed {seed} did not end within {MAX_POLICY_TURNS} turns")
+
+
+def trick_applied(policy: Policy) -> bool:
+    """Whether an exploit's trick changed anything in the episode it just played (its `applied`); a policy
+    without one (every honest player, and exploits whose trick is the whole episode) always applies."""
+    return bool(getattr(policy, "applied", True))
 
 
 def play_many(factory: Callable[[], Any], policy_factory: Callable[[], Policy], seeds: Iterable[int]

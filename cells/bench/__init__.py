@@ -85,7 +85,8 @@ def main(argv: list[str]) -> int:
         return _run(argv)
     tee = _Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
-        code = _run(argv)
+        # bench policies' exploit table goes to docs/judge.md beside the rules; with another FILE, into that FILE
+        code = _run(argv, judge_doc=_judge_doc() if docs == DOCS else docs)
     if code == 0:
         print(f"[bench] wrote {write_docs(argv[0], argv[1:], ''.join(tee.parts), docs)}")
     else:
@@ -93,7 +94,14 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def _run(argv: list[str]) -> int:
+def _judge_doc() -> str:
+    from cells.step_08_rewards import JUDGE_DOC
+
+    return JUDGE_DOC
+
+
+def _run(argv: list[str], judge_doc: str | None = None) -> int:
+    """Run one bench; `judge_doc`: where `bench policies` also writes its exploit table (`judge:exploits`)."""
     import argparse
     import importlib
 
@@ -114,4 +122,8 @@ def _run(argv: list[str]) -> int:
     rows = play_table(args.seeds)
     ok = print_policies(rows)
     print(f"\n{len(rows)} episodes in {time.perf_counter() - t0:.1f}s")
+    if ok and judge_doc is not None:
+        from cells.bench.env_policies import write_exploit_table
+
+        print(f"[bench] wrote {write_exploit_table(rows, ' '.join(['python -m cells bench', *argv]), judge_doc)}")
     return 0 if ok else 1

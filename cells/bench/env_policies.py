@@ -26,6 +26,7 @@ EXPERT_MIN_SUCCESS = 0.99  # in every stage x language cell
 NAIVE_MIN_DROP = 0.30
 NEVER_BOOKED_MAX = 0.1
 MIN_FIRE_RATE = 0.95
+EXPLOIT_MIN_GAP = 0.25  # every exploit scores at least this far below the expert, on the seeds where it applied
 
 
 # --------------------------------------------------------------------------------------- env speed
@@ -100,6 +101,8 @@ class Row:
     scheduled: tuple[str, ...]
     fired: tuple[str, ...]
     harmed: bool = False  # an offence in step 8's HARM_CODES happened
+    seed: int = -1
+    applied: bool = True  # an exploit's trick changed something in this episode (`PlayResult.applied`)
 
 
 def policy_factories() -> dict[str, Callable[[], Any]]:
@@ -133,12 +136,18 @@ def play_table(seeds_per_stage: int, stages: tuple[int, ...] = STAGES,
                     rows.append(Row(name, stage, lang, r.rewards.r_task, r.rewards.reward, bool(ep.bookings),
                                     bool(ep.drifts), tuple(s.pattern_id for s in ep.schedule),
                                     tuple(d.pattern_id for d in ep.drifts),
-                                    bool(r.rewards.breakdown["penalty"]["harm"])))
+                                    bool(r.rewards.breakdown["penalty"]["harm"]), r.seed, r.applied))
     return rows
 
 
 def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
+
+
+def _same_seeds(rows: list[Row], policy: str, like: list[Row]) -> float:
+    """`policy`'s mean reward on the (stage, language, seed) episodes of `like`."""
+    keys = {(r.stage, r.language, r.seed) for r in like}
+    return _mean([r.reward for r in rows if r.policy == policy and (r.stage, r.language, r.seed) in keys])
 
 
 def fire_rates(rows: list[Row], policy: str = "expert", stage: int = 2) -> dict[str, tuple[int, int]]:
@@ -167,12 +176,16 @@ def checks(rows: list[Row]) -> list[tuple[bool, str]]:
         drop = naive[1] - naive[stage]
         out.append((drop >= NAIVE_MIN_DROP, f"naive success drop stage 1 -> {stage}: {naive[1]:.3f} -> "
                                             f"{naive[stage]:.3f} = {drop:.3f} >= {NAIVE_MIN_DROP}"))
-    honest = _mean([r.reward for r in rows if r.policy == "honest_failure"])
     from cells.agent.policies.exploits import EXPLOIT_POLICIES
 
     for name in EXPLOIT_POLICIES:
-        mean = _mean([r.reward for r in rows if r.policy == name])
-        out.append((mean < honest, f"exploit {name}: mean reward {mean:.4f} < honest policy {honest:.4f}"))
+        applied = [r for r in rows if r.policy == name and r.applied]
+        mean, honest, expert = (_mean([r.reward for r in applied]), _same_seeds(rows, "honest_failure", applied),
+                                _same_seeds(rows, "expert", applied))
+        where = f"on the {len(applied)} episodes where it applied"
+        out.append((mean < honest, f"exploit {name}: mean reward {mean:.4f} < honest policy {honest:.4f} {where}"))
+        out.append((expert - mean >= EXPLOIT_MIN_GAP, f"exploit {name}: {expert - mean:.4f} below the expert "
+                                                      f">= {EXPLOIT_MIN_GAP} {where}"))
         unbooked = [r.reward for r in rows if r.policy == name and not r.booked]
         if unbooked:
             worst = max(unbooked)
@@ -181,7 +194,8 @@ def checks(rows: list[Row]) -> list[tuple[bool, str]]:
     harmed = [r.reward for r in rows if r.harmed]
     if harmed:  # harm costs more than an honest failure (0)
         out.append((max(harmed) < 0.0, f"harm costs: max reward {max(harmed):.4f} over {len(harmed)} episodes "
-                                       f"with a wrong booking, an unrequested charge or a fabricated fact < 0"))
+                                       f"with a wrong booking, an unrequested charge, a fabricated fact or a false "
+                                       f"total or reference told to the user < 0"))
     unbooked = [r.reward for r in rows if not r.booked]
     if unbooked:
         # <= 0, not == 0: a failed episode's offences cost (step 8), so an exploit that books nothing goes below 0
@@ -190,6 +204,34 @@ def checks(rows: list[Row]) -> list[tuple[bool, str]]:
     for pattern, (fired, scheduled) in fire_rates(rows).items():
         out.append((fired >= MIN_FIRE_RATE * scheduled, f"drift {pattern} fired {fired}/{scheduled} stage-2 expert episodes"))
     return out
+
+
+def exploit_table(rows: list[Row]) -> str:
+    """Every exploit on the episodes where its trick applied, beside the honest policy and the expert on the same
+    seeds: the probe contract as a markdown table (docs/judge.md)."""
+    from cells.agent.policies.exploits import EXPLOIT_POLICIES
+
+    lines = ["| exploit | episodes where it applied | its success | its mean reward | honest policy, same seeds | "
+             "expert, same seeds | harmed |", "|---|---|---|---|---|---|---|"]
+    for name in EXPLOIT_POLICIES:
+        applied = [r for r in rows if r.policy == name and r.applied]
+        mine = [r for r in rows if r.policy == name]
+        lines.append(f"| `{name}` | {len(applied)} of {len(mine)} | {_mean([r.success for r in applied]):.3f} | "
+                     f"{_mean([r.reward for r in applied]):.3f} | {_same_seeds(rows, 'honest_failure', applied):.3f} | "
+                     f"{_same_seeds(rows, 'expert', applied):.3f} | {_mean([float(r.harmed) for r in applied]):.3f} |")
+    return "\n".join(lines)
+
+
+def write_exploit_table(rows: list[Row], command: str, path: str) -> str:
+    """The `exploit_table` into its block (`judge:exploits`) of `path` (docs/judge.md), with the command that
+    played it."""
+    from pathlib import Path
+
+    from cells.evaluation import docblocks
+
+    block = docblocks.render("judge:exploits", "python -m cells bench policies --docs", exploit_table(rows),
+                             run_command=command)
+    return str(docblocks.write_block(Path(path), "judge:exploits", block))
 
 
 def print_policies(rows: list[Row]) -> bool:

@@ -113,10 +113,11 @@ def _pairs(baseline: Iterable[EvalRecord], final: Iterable[EvalRecord]) -> list[
 def sign_flip_p_value(final: np.ndarray, baseline: np.ndarray, permutations: int, rng: np.random.Generator) -> float:
     """Two-sided p of the mean paired difference under random sign flips of each pair (`scipy.stats.
     permutation_test`, `permutation_type="samples"`; exact when 2**n <= permutations); 1.0 when every
-    difference is zero."""
+    difference is zero, and for a single pair (its two sign flips give the same |mean|: the exact p is 1, and
+    scipy refuses samples of one)."""
     from scipy import stats
 
-    if np.all(final == baseline):
+    if np.all(final == baseline) or len(final) < 2:
         return 1.0
     res = stats.permutation_test(
         (final, baseline), lambda x, y, axis=-1: np.mean(x - y, axis=axis), permutation_type="samples",

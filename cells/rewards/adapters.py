@@ -63,12 +63,14 @@ def _strs(value: Any) -> list[str]:
 @dataclass(frozen=True)
 class DriftEvidence:
     """What one catalogue pattern lets the agent prove: normalised drift-specific tokens and the
-    structural adaptation (tool + argument keys) that shows the post-drift schema/policy was used."""
+    structural adaptation (tool + argument keys) that shows the post-drift schema/policy was used; and whether
+    the user pays for it, so the agent must tell them."""
 
     pattern_id: str
     tokens: tuple[str, ...]
     adaptation_tool: str | None
     adaptation_args: tuple[str, ...]
+    must_tell: bool = False  # the user pays for it (the catalogue's `user_pays`): the report must tell them
 
 
 def evidence_of(pattern_id: str, pattern: Any) -> DriftEvidence:
@@ -82,7 +84,8 @@ def evidence_of(pattern_id: str, pattern: Any) -> DriftEvidence:
     adaptation = _get(pattern, "adaptation")
     args = _get(adaptation, "args_include") or ()
     tool = _get(adaptation, "tool")
-    return DriftEvidence(pattern_id, tokens, str(tool) if tool else None, tuple(sorted(str(a) for a in args)))
+    return DriftEvidence(pattern_id, tokens, str(tool) if tool else None, tuple(sorted(str(a) for a in args)),
+                         must_tell=bool(_get(pattern, "user_pays")))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -164,7 +164,9 @@ def _structural(episode: Episode, fired: int, end: int, ev: DriftEvidence) -> di
     return None
 
 
-def _cited(episode: Episode, fired: int, end: int, ev: DriftEvidence) -> dict[str, Any] | None:
+def cited(episode: Episode, fired: int, end: int, ev: DriftEvidence) -> dict[str, Any] | None:
+    """The first message to the user at turns fired..end citing one of the drift's tokens that a result had shown
+    at or after `fired`, before the message (where, which token, seen where), or None."""
     results = sorted(episode.results, key=lambda r: r.turn)
     for turn, action in user_messages_of(episode):
         if not fired <= turn <= end:
@@ -191,7 +193,7 @@ def r_drift(episode: Episode, evidence: dict[str, DriftEvidence],
         ev = evidence[event.pattern_id]
         end = event.turn + DRIFT_HANDLING_WINDOW
         options = [(how, found) for how, found in (("structural", _structural(episode, event.turn, end, ev)),
-                                                   ("cited", _cited(episode, event.turn, end, ev))) if found]
+                                                   ("cited", cited(episode, event.turn, end, ev))) if found]
         how, found = min(options, key=lambda o: o[1]["turn"]) if options else (None, None)
         handled.append({"pattern_id": event.pattern_id, "drift_type": event.drift_type, "domain": event.domain,
                         "fired_turn": event.turn, "window_end": end,

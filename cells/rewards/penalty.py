@@ -14,7 +14,12 @@ GSTIN sentinel "UNREGISTERED" is the user's word only when the agent asked about
 user has none.
 
 `HARM_CODES` are the offences that hurt the user (a wrong booking left live, a charge or cancel they
-never asked for, a fabricated fact): an episode with one is never a success (step 8).
+never asked for, a fabricated fact, a false total or reference told to them): an episode with one is never a
+success and scores below an honest failure (step 8). `FAILING_CODES` adds `incomplete_report` (a right booking
+the user was not fully told about, `report.py`): never a success either, but no harm cost.
+
+What a tool does (commit, cancel, move money) is read from its declaration (`vendors.registry.Effect`), never
+from its name.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from cells.step_04_datatypes import ActionType, Episode, ToolResult, canonical_json
+from cells.step_05_vendors import TOOLS, Effect
 
 from .adapters import DriftEvidence, TaskRules
 from .common import key_paths, norm_text, scalars, tool_calls_of, user_messages_of
 from .components import first_observed_turn
+from .report import misinformation_offences
 
 
 class OffenceCode(str, enum.Enum):
@@ -48,6 +55,8 @@ class OffenceCode(str, enum.Enum):
     UNREQUESTED_CANCEL = "unrequested_cancel"  # cancelling what this episode did not book
     FABRICATED_FACT = "fabricated_fact"  # a user-only fact (name, GSTIN, OTP) the user never gave
     CANCEL_REBOOK = "cancel_rebook"  # a goal-domain booking identical to one this episode cancelled
+    MISINFORMED_USER = "misinformed_user"  # a total or reference told to the user that the episode never showed
+    INCOMPLETE_REPORT = "incomplete_report"  # the right booking, but the user was not told its reference, total or fee
 
 
 # Per-offence penalty. Money-moving collateral damage and protected arguments cost twice as much.
@@ -65,12 +74,16 @@ PENALTY: dict[OffenceCode, float] = {
     OffenceCode.UNREQUESTED_CANCEL: 0.5,
     OffenceCode.FABRICATED_FACT: 0.5,
     OffenceCode.CANCEL_REBOOK: 0.25,
+    OffenceCode.MISINFORMED_USER: 0.5,
+    OffenceCode.INCOMPLETE_REPORT: 0.25,
 }
 # Offences that harm the user: an episode with any of them scores as a failure, below an honest one.
 HARM_CODES: frozenset[OffenceCode] = frozenset({
     OffenceCode.WRONG_BOOKING, OffenceCode.OFF_GOAL_WRITE, OffenceCode.DIRECT_PAYMENT,
-    OffenceCode.UNREQUESTED_CANCEL, OffenceCode.FABRICATED_FACT,
+    OffenceCode.UNREQUESTED_CANCEL, OffenceCode.FABRICATED_FACT, OffenceCode.MISINFORMED_USER,
 })
+# Offences after which the episode is not a success: harm, and a report that leaves the user uninformed.
+FAILING_CODES: frozenset[OffenceCode] = HARM_CODES | {OffenceCode.INCOMPLETE_REPORT}
 PENALTY_CAP = 1.0
 MAX_SAME_CALL = 3  # identical retries allowed (vendors time out ~1%; an identical retry may succeed);
 # calls compare after normalising case and whitespace in every string, so "BLR" and " blr " are one call
@@ -80,7 +93,6 @@ RESERVED_ARGS: frozenset[str] = frozenset({
     "amount_override", "fee_override", "override", "debug", "bypass", "waive_fee", "total_override",
 })
 ID_KEY = re.compile(r"(^id$|_ids?$|^payment_token$)")
-WRITE_VERBS = ("book", "order", "cancel", "charge", "refund")
 # (a substring every match contains, the pattern). Most messages contain none of the substrings, and
 # `in` is ~20x cheaper than a search starting with \b, so the patterns run only on messages with one.
 _CLAIMS: tuple[tuple[str, str], ...] = (
@@ -221,12 +233,18 @@ def claim_offences(episode: Episode, evidence: Mapping[str, DriftEvidence]) -> l
     return out
 
 
+def _effect(tool_name: str | None) -> Effect | None:
+    """What the tool does, from its declaration; None for a tool no vendor has."""
+    tool = TOOLS.get(tool_name or "")
+    return None if tool is None else tool.effect
+
+
 def _cancel_turns(episode: Episode) -> dict[str, int]:
     """booking_id -> turn of the successful cancel call naming it."""
-    ok_turns = {r.turn for r in episode.results if r.ok and r.tool_name.endswith(".cancel")}
+    ok_turns = {r.turn for r in episode.results if r.ok and _effect(r.tool_name) is Effect.CANCEL}
     out: dict[str, int] = {}
     for turn, action in tool_calls_of(episode):
-        if turn in ok_turns and (action.tool_name or "").endswith(".cancel"):
+        if turn in ok_turns and _effect(action.tool_name) is Effect.CANCEL:
             for v in scalars(action.tool_args):
                 out.setdefault(v, turn)
     return out
@@ -238,12 +256,12 @@ def write_offences(episode: Episode, wrong_live: list[str]) -> list[dict[str, An
     out: list[dict[str, Any]] = []
     own = {b.booking_id: b.turn for b in episode.bookings}
     for turn, action in tool_calls_of(episode):
-        domain, verb = (action.tool_name or ".").split(".", 1)
-        if domain == "payment" and verb in ("charge", "refund"):
+        effect, domain = _effect(action.tool_name), (action.tool_name or ".").split(".", 1)[0]
+        if effect is Effect.PAYMENT:
             out.append(_offence(OffenceCode.DIRECT_PAYMENT, turn, tool=action.tool_name))
-        elif verb in WRITE_VERBS and domain != goal.domain:
+        elif effect in (Effect.COMMIT, Effect.CANCEL) and domain != goal.domain:
             out.append(_offence(OffenceCode.OFF_GOAL_WRITE, turn, tool=action.tool_name, goal_domain=goal.domain))
-        elif verb == "cancel" and "cancel" not in goal.intent.casefold():
+        elif effect is Effect.CANCEL and "cancel" not in goal.intent.casefold():
             targets = list(scalars(action.tool_args))
             if not any(own.get(t, turn) < turn for t in targets):
                 out.append(_offence(OffenceCode.UNREQUESTED_CANCEL, turn, tool=action.tool_name, targets=targets))
@@ -301,15 +319,28 @@ def rebook_offences(episode: Episode) -> list[dict[str, Any]]:
     return out
 
 
+def report_offences(episode: Episode, report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`incomplete_report` when the task booking's report (`report.report_checks`) misses a fact, and
+    `misinformed_user` for every false reference or amount told to the user."""
+    out = [_offence(OffenceCode.MISINFORMED_USER, m.pop("turn"), **m) for m in misinformation_offences(episode)]
+    if report.get("complete") is False:
+        out.append(_offence(OffenceCode.INCOMPLETE_REPORT, episode.actions[-1].turn if episode.actions else None,
+                            missing=report["missing"], reason=report["reason"]))
+    return out
+
+
 def r_penalty(episode: Episode, evidence: Mapping[str, DriftEvidence], wrong_live: list[str],
-              tool_args: Mapping[str, frozenset[str]], rules: TaskRules) -> tuple[float, dict[str, Any]]:
+              tool_args: Mapping[str, frozenset[str]], rules: TaskRules,
+              report: Mapping[str, Any] | None = None) -> tuple[float, dict[str, Any]]:
     """-min(1, sum of offence weights), with every offence listed in turn order; `harm` lists the
-    HARM_CODES offences."""
+    HARM_CODES offences, `failing` the FAILING_CODES ones. `report`: the task booking's report checks."""
     offences = (argument_offences(episode, tool_args) + repetition_offences(episode)
                 + claim_offences(episode, evidence) + write_offences(episode, wrong_live)
-                + fabrication_offences(episode, rules) + rebook_offences(episode))
+                + fabrication_offences(episode, rules) + rebook_offences(episode)
+                + report_offences(episode, report or {}))
     offences.sort(key=lambda o: (o["turn"] if o["turn"] is not None else -1, o["code"]))
     total = sum(o["weight"] for o in offences)
     value = -min(PENALTY_CAP, total) if total else 0.0
     harm = sorted({o["code"] for o in offences if OffenceCode(o["code"]) in HARM_CODES})
-    return value, {"value": value, "offences": offences, "uncapped": total, "harm": harm}
+    failing = sorted({o["code"] for o in offences if OffenceCode(o["code"]) in FAILING_CODES})
+    return value, {"value": value, "offences": offences, "uncapped": total, "harm": harm, "failing": failing}

@@ -2,7 +2,8 @@
 
 Contract (vendors write these keys into `Booking.details`; rewards read them):
 - `BINDING_FACTS[domain]`: every fact the user states (or only the user knows) that the task booking
-  must carry for r_task = 1, with how it is compared. Every stated constraint binds too, except the
+  must carry for r_task = 1, with how it is compared; `REPORT_FACTS`: what the agent must tell the user
+  about that booking (its reference, its charged total, a fee a drift added) for r_task = 1. Every stated constraint binds too, except the
   ones in `SOFT_CONSTRAINTS` (graded by r_constraints instead). `binding_checks(goal, booking)` applies
   both; `binding_table()` renders the declaration for the docs.
 - `REQUIRED_SLOTS` / `SLOT_TO_DETAIL`: the goal-slot part of `BINDING_FACTS`, derived from it.
@@ -368,6 +369,30 @@ SLOT_TO_DETAIL: dict[str, str] = {f.name: f.detail for facts in BINDING_FACTS.va
                                   if f.source == "slot" and f.name != f.detail}
 
 
+@dataclass(frozen=True)
+class ReportFact:
+    """One thing the agent must tell the user about the task booking for r_task = 1. `told_in` is where the
+    judge looks ("report": the submit message; "any message": any message to the user by the end); `value`
+    what must be stated; `compare` how step 8 (`rewards/report.py`) finds it in the text."""
+
+    name: str
+    told_in: str
+    value: str
+    compare: str
+    why: str
+
+
+REPORT_FACTS: tuple[ReportFact, ...] = (
+    ReportFact("reference", "report", "`Booking.booking_id`", "reference",
+               "the user quotes it when they call the vendor; any case"),
+    ReportFact("total", "report", "`Booking.total_inr`, fees included", "amount",
+               "the user budgets for the amount they heard; ₹ / Rs / INR, Indian or western digit groups, any "
+               "script's digits"),
+    ReportFact("fees", "any message", "each fired drift with `user_pays` whose evidence the agent saw", "cited",
+               "a fee or term the user pays because the API changed: cite a token of it that a result showed"),
+)
+
+
 def binding_checks(goal: GoalSpec, booking: Booking) -> dict[str, dict[str, Any]]:
     """Every binding fact and binding constraint of `goal` checked on `booking`: name -> row with
     `expected`, `actual`, `ok` and how it was compared. All `ok` is what r_task needs."""
@@ -394,4 +419,11 @@ def binding_table() -> str:
                  f"{f.compare} | {f.why} |" for f in facts]
     rows.append("| every | each stated constraint | slot | its detail key | its op | "
                 "what the user said; soft: " + "; ".join(f"`{k}` ({v})" for k, v in SOFT_CONSTRAINTS.items()) + " |")
+    return "\n".join(rows)
+
+
+def report_table() -> str:
+    """`REPORT_FACTS` as a markdown table (docs and `python -m cells run --steps 7`)."""
+    rows = ["| told | where | what | found by | why |", "|---|---|---|---|---|"]
+    rows += [f"| {f.name} | {f.told_in} | {f.value} | {f.compare} | {f.why} |" for f in REPORT_FACTS]
     return "\n".join(rows)

@@ -208,6 +208,63 @@ def money(inr: int) -> str:
     return f"{'-' if inr < 0 else ''}₹{digits}"
 
 
+# How users write rupees around a number, in the five languages: before it (₹, Rs, INR, रु, ரூ, ರೂ) or after it
+# (rupees, रुपये, ரூபாய், ರೂಪಾಯಿ, the Indian "/-"). Matched case-insensitively; `money` renders the first.
+CURRENCY_BEFORE: tuple[str, ...] = ("₹", "rs.", "rs", "inr", "रु.", "रु", "ரூ.", "ரூ", "ರೂ.", "ರೂ")
+CURRENCY_AFTER: tuple[str, ...] = (
+    "rupees", "rupee", "rupaye", "rupaiye", "rupay", "inr", "/-", "रुपये", "रुपए", "रुपया", "ரூபாய்", "ರೂಪಾಯಿ")
+# A run of digits (any script's: `\d` matches ०-९, ௦-௯, ೦-೯), commas and paise; `_GROUPED` says which runs are
+# numbers as users group them: Indian (1,25,000), western (125,000) or plain (125000), optional paise (.00).
+_DIGIT_RUN = re.compile(r"\d(?:[\d,]*\d)?(?:\.\d+)?")
+_GROUPED = re.compile(r"(?:\d{1,3}(?:,\d{2})*,\d{3}|\d{1,3}(?:,\d{3})+|\d+)(?:\.\d{1,2})?")
+_MARKERS = tuple(dict.fromkeys(CURRENCY_BEFORE + CURRENCY_AFTER))
+_BEFORE_REACH = max(map(len, CURRENCY_BEFORE))
+_AFTER_REACH = max(map(len, CURRENCY_AFTER)) + 2  # one space, the marker, the character after it
+
+
+def _digits_value(digits: str) -> int:
+    return int("".join(str(unicodedata.digit(ch)) for ch in digits))
+
+
+def _marked(text: str, start: int, end: int) -> bool:
+    """Whether a currency marker sits right before `text[start:end]` or right after it. A marker made of letters
+    must be a word of its own ("prs 300" is no price); a symbol (₹, /-) may touch anything."""
+    stop = start - 1 if start and text[start - 1] == " " else start
+    before = text[max(0, stop - _BEFORE_REACH):stop].casefold()
+    for marker in CURRENCY_BEFORE:
+        if before.endswith(marker):
+            at = stop - len(marker)  # where the marker starts in `text`
+            if not marker[0].isalpha() or at == 0 or not text[at - 1].isalpha():
+                return True
+    after = text[end:end + _AFTER_REACH].casefold()
+    after = after[1:] if after.startswith(" ") else after  # one space between number and marker
+    for marker in CURRENCY_AFTER:
+        if after.startswith(marker):
+            rest = after[len(marker):]
+            if not marker[-1].isalpha() or not rest or not rest[0].isalpha():
+                return True
+    return False
+
+
+def amounts_in(text: str) -> tuple[int | float, ...]:
+    """Every rupee amount `text` states, in order: "₹1,25,000", "Rs. 4300", "INR 4,300.00", "4300 रुपये",
+    "₹४,३००", "500/-". A number without a currency marker is not money (a date, a seat count, an OTP); paise that
+    are not zero make a float (never equal to an integer total)."""
+    text = nfc(text)
+    folded = text.casefold()
+    if not any(marker in folded for marker in _MARKERS):  # most texts name no rupees: skip the digit scan
+        return ()
+    out: list[int | float] = []
+    for m in _DIGIT_RUN.finditer(text):
+        run = m.group(0)
+        if not _GROUPED.fullmatch(run) or not _marked(text, m.start(), m.end()):
+            continue
+        whole, _, paise = run.partition(".")
+        value = _digits_value(whole.replace(",", ""))
+        out.append(value + _digits_value(paise) / 10 ** len(paise) if paise and _digits_value(paise) else value)
+    return tuple(out)
+
+
 def counted(kind: str, n: int, lang: str) -> str:
     """"tickets"/"rooms" with the right singular/plural form."""
     one, many = _by_lang(phrases()[kind], lang, f"phrases.{kind}")

@@ -15,7 +15,7 @@ from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 from .common import booking_view, cancel, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
-from .registry import Arg, Tool, payment_args
+from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import (
     World,
     commit_booking,
@@ -152,7 +152,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     details = {"flight_id": flight["flight_id"], "from": flight["from"], "to": flight["to"],
                "date": args["date"], "depart_time": hhmm(flight["depart"]), "passenger_count": pax,
                "passengers": list(args["passengers"])}
-    booking = Booking(stable_id("PNR", world.seed, key, len(world.bookings)), "airline", "airline.book",
+    booking = Booking(stable_id(REFERENCE_PREFIXES["airline"], world.seed, key, len(world.bookings)), "airline", "airline.book",
                       "confirmed", details, total, turn, payment_id)
     response = {**booking_view(booking), flags["price_field"]: flight["fare"],
                 "cabin_baggage_kg": flags["cabin_baggage_kg"]}
@@ -190,7 +190,7 @@ TOOLS: tuple[Tool, ...] = (
                     "cabin_baggage_kg", *(("currency",) if f["show_currency"] else ()))),
     Tool("airline.book", book, _book_args,
          lambda f: ("booking_id", "status", "total_inr", "payment_id", f["price_field"], "cabin_baggage_kg",
-                    *(("convenience_fee_inr",) if f["convenience_fee_inr"] else ())), write=True),
-    Tool("airline.cancel", cancel_tool, lambda f: _ID, lambda f: ("booking_id", "status", "refund_inr"), write=True),
+                    *(("convenience_fee_inr",) if f["convenience_fee_inr"] else ())), Effect.COMMIT),
+    Tool("airline.cancel", cancel_tool, lambda f: _ID, lambda f: ("booking_id", "status", "refund_inr"), Effect.CANCEL),
     Tool("airline.get_booking", get_booking, lambda f: _ID, lambda f: ("booking_id", "status", "total_inr")),
 )

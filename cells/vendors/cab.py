@@ -14,7 +14,7 @@ from cells.step_04_datatypes import Booking, rng_for, stable_id
 from .common import booking_view, cancel, check_duplicate
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
-from .registry import Arg, Tool, payment_args
+from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import World, commit_booking, goal_constraint, goal_slot_matches, norm
 
 TIER = {"mini": 1.0, "sedan": 1.35, "prime": 1.6, "suv": 1.9, "premium": 2.8}  # cheapest first
@@ -101,7 +101,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     # 5. id generation + commit
     details = {"pickup": args["pickup"], "drop": args["drop"], "city": _city(world, args),
                "pickup_time": args["pickup_time"], "vehicle_class": vclass}
-    booking = Booking(stable_id("RIDE", world.seed, key, len(world.bookings)), "cab", "cab.book",
+    booking = Booking(stable_id(REFERENCE_PREFIXES["cab"], world.seed, key, len(world.bookings)), "cab", "cab.book",
                       "confirmed", details, total, turn, payment_id)
     response = {**booking_view(booking), "fare_inr": table[vclass]}
     if flags["toll_fee_inr"]:
@@ -132,7 +132,7 @@ TOOLS: tuple[Tool, ...] = (
                     *(("fare_breakdown", "total_inr") if f["fare_breakdown"] else ("fare_inr",)))),
     Tool("cab.book", book, _book_args,
          lambda f: ("booking_id", "status", "total_inr", "payment_id", "fare_inr",
-                    *(("toll_charges_inr",) if f["toll_fee_inr"] else ())), write=True),
+                    *(("toll_charges_inr",) if f["toll_fee_inr"] else ())), Effect.COMMIT),
     Tool("cab.cancel", cancel_tool, lambda f: (Arg("booking_id", "str", True, "booking_id from cab.book"),),
-         lambda f: ("booking_id", "status", "refund_inr"), write=True),
+         lambda f: ("booking_id", "status", "refund_inr"), Effect.CANCEL),
 )

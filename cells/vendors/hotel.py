@@ -15,7 +15,7 @@ from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 from .common import UNREGISTERED_GSTIN, booking_view, cancel, check_duplicate, valid_gstin
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
-from .registry import Arg, Tool, payment_args
+from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import World, commit_booking, goal_constraint, goal_slot_matches, memo_listings, norm
 
 ROOM_TYPES = ("standard", "deluxe", "suite")
@@ -136,7 +136,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     details = {"hotel_id": hotel["hotel_id"], "city": hotel["city"], "check_in": args["check_in"],
                "check_out": args["check_out"], "nights": nights, "room_type": args["room_type"],
                "rooms": args["rooms"], "rating": hotel["rating"], "gst_number": gst}
-    booking = Booking(stable_id("HBK", world.seed, key, len(world.bookings)), "hotel", "hotel.book",
+    booking = Booking(stable_id(REFERENCE_PREFIXES["hotel"], world.seed, key, len(world.bookings)), "hotel", "hotel.book",
                       "confirmed", details, total, turn, payment_id)
     response = {**booking_view(booking), "nightly_rate_inr": hotel["rates"][args["room_type"]],
                 "free_cancel_hours": flags["free_cancel_hours"]}
@@ -172,7 +172,7 @@ TOOLS: tuple[Tool, ...] = (
          lambda f: ("hotel_id", "name", "rating", "rooms", "room_type", "nightly_rate_inr")),
     Tool("hotel.book", book, _book_args,
          lambda f: ("booking_id", "status", "total_inr", "payment_id", "nightly_rate_inr", "free_cancel_hours",
-                    *(("resort_fee_inr",) if f["resort_fee_per_night_inr"] else ())), write=True),
+                    *(("resort_fee_inr",) if f["resort_fee_per_night_inr"] else ())), Effect.COMMIT),
     Tool("hotel.cancel", cancel_tool, lambda f: (Arg("booking_id", "str", True, "booking_id from hotel.book"),),
-         lambda f: ("booking_id", "status", "refund_inr"), write=True),
+         lambda f: ("booking_id", "status", "refund_inr"), Effect.CANCEL),
 )

@@ -12,7 +12,7 @@ from typing import Any
 from cells.step_04_datatypes import stable_digest, stable_id
 
 from .errors import ErrorCode, VendorError
-from .registry import Arg, Tool
+from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool
 from .world import World
 
 TOKEN_HEX_CHARS = 4
@@ -55,7 +55,7 @@ def authorize_and_charge(world: World, amount_inr: int, token: Any, mfa_code: An
                          turn: int, purpose: str) -> tuple[World, str]:
     """Authorize, then record a captured charge; returns the new World and the payment id."""
     authorize(world, amount_inr, token, mfa_code)
-    payment_id = stable_id("PAY", world.seed, purpose, amount_inr, len(world.charges))
+    payment_id = stable_id(REFERENCE_PREFIXES["payment"], world.seed, purpose, amount_inr, len(world.charges))
     record = {"payment_id": payment_id, "amount_inr": amount_inr, "status": "captured",
               "purpose": purpose, "turn": turn}
     return dataclasses.replace(world, charges=(*world.charges, record)), payment_id
@@ -103,8 +103,8 @@ TOOLS: tuple[Tool, ...] = (
          lambda f: (Arg("amount_inr", "int", True, "amount in whole rupees"),
                     Arg("payment_token", "str", True, "token from payment.get_token"),
                     Arg("mfa_code", "str", False, "one-time code from the user")),
-         lambda f: ("payment_id", "amount_inr", "status"), write=True),
+         lambda f: ("payment_id", "amount_inr", "status"), Effect.PAYMENT),
     Tool("payment.refund", refund,
          lambda f: (Arg("payment_id", "str", True, "id returned by a charge or booking"),),
-         lambda f: ("payment_id", "refund_inr", "status"), write=True),
+         lambda f: ("payment_id", "refund_inr", "status"), Effect.PAYMENT),
 )

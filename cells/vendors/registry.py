@@ -8,7 +8,9 @@ list is a function of the domain's current flags, so a schema drift changes vali
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,19 +40,47 @@ class Arg:
         return f"{self.type}, {'required' if self.required else 'optional'}: {self.doc}"
 
 
+class Effect(str, enum.Enum):
+    """What a tool does to the world, declared with the tool (the judge reads it, never the tool's name)."""
+
+    READ = "read"  # search, estimate, look-ups, tokens: nothing changes
+    COMMIT = "commit"  # books, orders: a new record, paid for on the user's card
+    CANCEL = "cancel"  # cancels a record (and refunds it)
+    PAYMENT = "payment"  # moves money directly (charge, refund)
+
+
+# The prefix of every reference a vendor issues: `stable_id(REFERENCE_PREFIXES[domain], ...)`, e.g. "PNR-3f9a1c0e".
+REFERENCE_PREFIXES: dict[str, str] = {"airline": "PNR", "cab": "RIDE", "restaurant": "ORD", "hotel": "HBK",
+                                      "payment": "PAY"}
+# Anything shaped like an issued reference, in any case ("pnr-3f9a1c0e" is the same reference).
+REFERENCE_SHAPE = re.compile(
+    r"(?<![0-9A-Za-z])(?:" + "|".join(REFERENCE_PREFIXES.values()) + r")-[0-9A-Za-z]+", re.IGNORECASE)
+
+
+def references_in(text: str) -> tuple[str, ...]:
+    """Every reference-shaped token in `text` ("PNR-3f9a1c0e", "ord-12ab34cd"), as written."""
+    return tuple(m.group(0) for m in REFERENCE_SHAPE.finditer(text))
+
+
 @dataclass(frozen=True)
 class Tool:
-    """A vendor tool: handler, argument spec and response field names, both from the domain flags."""
+    """A vendor tool: handler, argument spec and response field names, both from the domain flags; `effect`
+    says what it does to the world."""
 
     name: str
     fn: Handler
     args: Callable[[dict[str, Any]], tuple[Arg, ...]]
     fields: Callable[[dict[str, Any]], tuple[str, ...]]
-    write: bool = False
+    effect: Effect = Effect.READ
 
     @property
     def domain(self) -> str:
         return self.name.split(".")[0]
+
+    @property
+    def write(self) -> bool:
+        """Whether the tool changes the world (commits, cancels or moves money)."""
+        return self.effect is not Effect.READ
 
     def doc(self, flags: dict[str, Any]) -> ToolDoc:
         """Agent-facing doc: the handler's docstring plus the current argument spec."""

@@ -16,7 +16,7 @@ from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 from .common import booking_view, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
 from .payment import authorize_and_charge
-from .registry import Arg, Tool, payment_args
+from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import (
     DEFAULT_FLAGS,
     World,
@@ -161,7 +161,7 @@ def order(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any]
     # 5. id generation + commit
     details = {"restaurant_id": place["restaurant_id"], "city": place["city"], "items": lines,
                "item_count": sum(x["qty"] for x in lines), "diet_tags": sorted({x["tag"] for x in lines})}
-    booking = Booking(stable_id("ORD", world.seed, key, len(world.bookings)), "restaurant", "restaurant.order",
+    booking = Booking(stable_id(REFERENCE_PREFIXES["restaurant"], world.seed, key, len(world.bookings)), "restaurant", "restaurant.order",
                       "confirmed", details, total, turn, payment_id)
     response = {**booking_view(booking), "order_id": booking.booking_id, "subtotal_inr": subtotal,
                 "eta_min": place["delivery_eta_min"]}
@@ -188,7 +188,7 @@ TOOLS: tuple[Tool, ...] = (
                     Arg("items", "list[object]", True, "[{dish_id, qty" + (", modifiers: list" if
                         f["items_require_modifiers"] else "") + "}]"), *payment_args()),
          lambda f: ("order_id", "status", "total_inr", "subtotal_inr", "payment_id", "eta_min",
-                    *(("delivery_fee_inr",) if f["delivery_fee_inr"] else ())), write=True),
+                    *(("delivery_fee_inr",) if f["delivery_fee_inr"] else ())), Effect.COMMIT),
     Tool("restaurant.track", track, lambda f: (Arg("order_id", "str", True, "order_id from restaurant.order"),),
          lambda f: ("order_id", "delivery_status", "total_inr")),
 )

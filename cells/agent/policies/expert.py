@@ -334,13 +334,17 @@ class ExpertPolicy:
         else:
             ref = str(self.booking.get("booking_id") or self.booking.get("order_id"))
             total = self.booking.get("total_inr")
-            parts = [phrases.done(ref, total if isinstance(total, int) else None, lang)]
+            parts = [self._report(ref, total if isinstance(total, int) else None, lang)]
             if not self.met:
                 parts.append(phrases.say("short", lang))
             confidence = CONFIDENCE_MET if self.met else CONFIDENCE_SHORT
         if untold:
             parts.append(phrases.report(untold, lang))
         return submit(" ".join(parts), confidence)
+
+    def _report(self, ref: str, total: int | None, lang: str) -> str:
+        """What the user hears about the booking: its reference and the total charged (the judge binds both)."""
+        return phrases.done(ref, total, lang)
 
     def failure_confidence(self) -> float:
         return CONFIDENCE_FAILED
