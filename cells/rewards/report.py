@@ -12,7 +12,8 @@ reference they were given when they call the vendor. So:
   (`vendors.references_in`) that no successful result had shown before the message, or, from the first goal
   booking on, a rupee amount the episode never showed (a result, the user's words, the goal's figures) and
   that is not an honest derivative of them: a shown price times one of the goal's counts (passengers, rooms,
-  nights, diners), or such a figure plus or minus an amount a write returned (a fee, a total, a refund).
+  nights, diners), or such a figure plus or minus a rupee amount a write returned (a fee, a total, a refund:
+  its `*_inr` fields).
 
 Kept free on purpose (tests for each): a listed price quoted while comparing options (before the booking nothing
 is checked, and after it listed prices were shown), the pre-fee estimate and the fee, a fee a result showed,
@@ -35,19 +36,21 @@ from .common import contains_token, norm_text, user_messages_of
 from .components import cited, first_observed_turn
 
 Amount = int | float
+MONEY_KEY_SUFFIX = "_inr"  # the vendors name every rupee field so (total_inr, convenience_fee_inr, refund_inr)
 
 
-def _numbers(value: Any) -> Iterator[Amount]:
-    """Every number inside a JSON value; keys starting with "got" echo what the agent sent and are skipped."""
-    stack = [value]
+def _numbers(value: Any) -> Iterator[tuple[str, Amount]]:
+    """(key, number) for every number inside a JSON value (the key it sits under, "" in a bare list); keys starting
+    with "got" echo what the agent sent and are skipped."""
+    stack: list[tuple[str, Any]] = [("", value)]
     while stack:
-        item = stack.pop()
+        key, item = stack.pop()
         if isinstance(item, dict):
-            stack.extend(v for k, v in item.items() if not str(k).startswith("got"))
+            stack.extend((str(k), v) for k, v in item.items() if not str(k).startswith("got"))
         elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+            stack.extend((key, v) for v in item)
         elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            yield item
+            yield key, item
 
 
 def _goal_counts(episode: Episode) -> frozenset[int]:
@@ -99,13 +102,13 @@ class _Shown:
             self._results_next += 1
 
     def _fold_result(self, result: ToolResult) -> None:
-        numbers = set(_numbers(result.response))
-        self.amounts |= numbers
+        numbers = list(_numbers(result.response))
+        self.amounts.update(n for _, n in numbers)
         if not result.ok:
             return
         tool = TOOLS.get(result.tool_name)
-        if tool is not None and tool.effect is not Effect.READ:
-            self.written |= numbers
+        if tool is not None and tool.effect is not Effect.READ:  # a write's money: its total, fees, refund
+            self.written.update(n for key, n in numbers if key.endswith(MONEY_KEY_SUFFIX))
         stack = [result.response]
         while stack:
             item = stack.pop()
@@ -123,7 +126,7 @@ class _Shown:
         return reference.casefold() in self.references
 
     def founded(self, amount: Amount) -> bool:
-        """Shown, a shown figure times a goal count, or either plus or minus an amount a write returned."""
+        """Shown, a shown figure times a goal count, or either plus or minus a rupee amount a write returned."""
         if not self._derivable(amount):
             self._fold_results()
         return self._derivable(amount)
