@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_datatypes import DOMAINS, Booking, GoalSpec
+from cells.step_04_datatypes import DOMAINS, GOAL_DOMAINS, Booking, GoalSpec
+
+# The flags of the generic mechanisms generated drift families drive (cells/vendors/generic.py), the same in every
+# goal domain, with their pre-drift values.
+GENERIC_FLAGS: dict[str, Any] = {
+    "renamed_fields": {},  # response field -> its new name, in every response of the domain
+    "required_args": [],  # further arguments a tool requires, each with where its value comes from
+    "arg_formats": {},  # "tool|type" -> the format that tool now takes its date/datetime arguments in
+    "booking_fees": {},  # fee field -> amount added to a booking's charged total
+    "terms": {},  # term field -> value shown on the booking (a terms notice)
+}
 
 # Every flag a drift may set, with its pre-drift value. Drift patterns may only set these keys.
 DEFAULT_FLAGS: dict[str, dict[str, Any]] = {
@@ -41,6 +51,7 @@ DEFAULT_FLAGS: dict[str, dict[str, Any]] = {
         "items_require_modifiers": False,  # every order item needs a `modifiers` list
         "veg_filter_includes_egg": False,  # search(diet="veg") also returns egg dishes
         "delivery_fee_inr": 0,  # added at checkout
+        "unavailable_dishes": [],  # dish names refused at ordering (still listed)
     },
     "hotel": {
         "gst_required_above_inr": None,  # bookings above this total need gst_number
@@ -54,6 +65,8 @@ DEFAULT_FLAGS: dict[str, dict[str, Any]] = {
         "mfa_threshold_inr": None,  # charges above this need the user's one-time code
     },
 }
+for _domain in GOAL_DOMAINS:
+    DEFAULT_FLAGS[_domain].update(GENERIC_FLAGS)
 
 
 @dataclass(frozen=True)
