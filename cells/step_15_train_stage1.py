@@ -73,11 +73,12 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
 
     # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
     recovery = profile.sft_recovery_drills if stage > 1 else 0.0
-    pool = demonstration_pool(drift_split(profile.drift_split)) if profile.drift_split else None
+    pool = (demonstration_pool(drift_split(profile.drift_split), profile.drift_train_instances)
+            if profile.drift_split else None)
     return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
                            profile.seed + seed_block * SFT_STAGE_SEED_STRIDE, profile.sft_search_drills,
                            profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
-                           profile.sft_booking_drills, pool, profile.sft_field_drills)
+                           profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source)
 
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:

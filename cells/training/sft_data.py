@@ -133,6 +133,7 @@ class EpisodePlanItem:
     booking_drills: float = 0.0
     drift_pool: DriftPool | None = None  # the patterns the expert's episodes draw drifts from (None: every one)
     field_drills: float = 0.0
+    drift_source: str = "handwritten"  # which drifts the expert's episodes meet (step 2's DRIFT_SOURCES)
 
     @property
     def drills(self) -> int:
@@ -376,7 +377,8 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
     from cells.agent.play import collect_expert, successful_conversation
     from cells.step_10_env import DriftCallEnv
 
-    env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns, drift_pool=item.drift_pool)
+    env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns, drift_pool=item.drift_pool,
+                       drift_source=item.drift_source)
     convs = collect_expert(item.count, item.seed, lambda seed: successful_conversation(env, seed, min_reward),
                            on_found=bar.update)
     drills = collect_expert(item.drills, item.seed + DRILL_SEED_OFFSET, lambda seed: search_drill(env, seed),
