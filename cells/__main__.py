@@ -1,5 +1,5 @@
 """Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | splits
-| curve | diagnose | serve | judge | profiles`."""
+| curve | diagnose | serve | judge | profiles | families`."""
 
 from __future__ import annotations
 
@@ -115,6 +115,24 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_families(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cells.drift.families import FAMILIES_DOC
+    from cells.evaluation.docblocks import render, write_block
+    from cells.step_06_drift import families_doc_markdown
+
+    text = families_doc_markdown()
+    if not args.docs:
+        print(text)
+        return 0
+    command = "python -m cells families --docs"
+    path = write_block(Path(FAMILIES_DOC), "drift:families", render("drift:families", command, text, commit=""),
+                       append=False)
+    print(f"wrote the drift families into {path}")
+    return 0
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -197,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     p_profiles.add_argument("--docs", action="store_true",
                             help="write them into README.md and docs/profiles.md instead of printing")
     p_profiles.set_defaults(func=_cmd_profiles)
+    p_families = sub.add_parser("families", help="the drift families and how each generated split places their "
+                                                 "instances (declared in cells/data/drift_families.yaml)")
+    p_families.add_argument("--docs", action="store_true", help="write them into docs/design.md instead of printing")
+    p_families.set_defaults(func=_cmd_families)
     p_diag = sub.add_parser("diagnose", add_help=False, help="where a CPU run's models fail: copies, failures, probe "
                                                              "offences, refusals (cells/evaluation/diagnose.py; --help there)")
     p_diag.set_defaults(func=_cmd_diagnose)

@@ -17,8 +17,15 @@ Splits (`splits:` in the same file, `DriftSplit`): which patterns the warm start
 `DriftPool` limits the patterns a schedule draws from (`demonstration_pool`, `reinforcement_pool`); without one,
 schedules draw from the whole catalogue, exactly as before splits existed.
 
-Reads nothing from the context; `run(ctx)` validates the catalogue and prints a kind x domain
-table (stored in `ctx.reports["drift_catalogue"]`).
+Generated drift (`cells/drift/`, cells/data/drift_families.yaml): every pattern is an instance of a drift family
+(its `family`, and the (family, domain, tool, field) `combination` a split holds out); the families' 1,000+
+generated instances are patterns too (`pattern_by_id` rebuilds one from its id, "gen/..."), scheduled with
+`build_schedule(..., source="generated" | "both")` (a family or hand-written pattern first, then a site, then an
+instance). A generated split (`GeneratedSplit`, e.g. `latin-gen`) holds out (a) a split of the catalogue,
+(b) family x vendor cells and (c) parameter values; its pools take the first `limit` of its training instances.
+
+Reads nothing from the context; `run(ctx)` validates the catalogue and the families and prints a kind x domain
+table (stored in `ctx.reports["drift_catalogue"]`) and the instances per family.
 Run alone: `python -m cells run --profile cpu-smoke --steps 6` (< 1 s).
 """
 
@@ -655,6 +662,15 @@ def forced_schedule(pattern_id: str, min_turn: int = 2) -> tuple[ScheduledDrift,
     return (ScheduledDrift(p.id, p.kind, p.domain, max(2, min_turn)),)
 
 
+def families_doc_markdown() -> str:
+    """The drift families (`families_markdown`) and how each generated split places their instances: the block
+    `drift:families` of docs/design.md (`python -m cells families --docs`)."""
+    from cells.drift.families import families_markdown
+    from cells.drift.holdout import split_markdown
+
+    return "\n\n".join([families_markdown(), *(split_markdown(s) for s in load_generated_splits().values())])
+
+
 def run(ctx: Context) -> Context:
     """Validate the catalogue and print pattern counts per kind and domain."""
     patterns = load_catalogue()
@@ -664,8 +680,14 @@ def run(ctx: Context) -> Context:
     for kind, row in table.items():
         print("[drift] " + f"{kind:<8}" + "".join(f"{row[d]:>11}" for d in DOMAINS))
     ctx.reports["drift_catalogue"] = table
+    counts = {name: sum(s.count() for s in fam.sites) for name, fam in load_families().items()}
+    print(f"[drift] {sum(counts.values())} generated instances: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if ctx.profile.drift_split:
-        drift_split(ctx.profile.drift_split)  # an unknown name fails here, seconds into a run, not at step 15
+        split = drift_split(ctx.profile.drift_split)  # an unknown name fails here, seconds into a run, not at step 15
+        if ctx.profile.drift_source != "handwritten" and not isinstance(split, GeneratedSplit):
+            raise DriftCatalogueError(f"drift_source {ctx.profile.drift_source!r} with split {split.name!r}: a split "
+                                      f"of {CATALOGUE_FILE} allows no generated instance; name a generated split "
+                                      f"({sorted(load_generated_splits())})")
     for split in load_splits().values():
         sets = {which: sorted(split.ids(which)) for which in PATTERN_SETS}
         print(f"[drift] split {split.name!r}: " + "; ".join(f"{len(v)} {k}" for k, v in sets.items()))

@@ -221,11 +221,15 @@ def _parse_site(family: str, mechanism: str, params: tuple[str, ...], domain: st
 
 @cache
 def load_families() -> dict[str, Family]:
-    """The validated families of cells/data/drift_families.yaml (cached); every site's first instance is built,
-    so a template naming an unknown placeholder fails here, not mid-episode."""
+    """The validated families of cells/data/drift_families.yaml (cached)."""
     from cells.step_03_data import load_fixture
 
-    payload = load_fixture(FAMILIES_FILE)
+    return parse_families(load_fixture(FAMILIES_FILE))
+
+
+def parse_families(payload: Any) -> dict[str, Family]:
+    """Validate a parsed drift_families.yaml document; every site's first instance is built, so a template naming
+    an unknown placeholder fails here, not mid-episode."""
     raw = payload.get("families") if isinstance(payload, dict) else None
     if not isinstance(raw, dict) or not raw:
         raise FamilyError(f"{FAMILIES_FILE}: top level needs `version` and a mapping `families`")
@@ -410,3 +414,33 @@ def build(fam: Family, site: Site, values: dict[str, Any]) -> Instance:
         notice_token=context["shown"] if notices else None,
         user_args=((name, USER_FACTS[a["ask_user"]]),) if "ask_user" in a else (),
     )
+
+
+# --- docs -----------------------------------------------------------------------------------------------------
+
+FAMILIES_DOC = "docs/design.md"  # where `python -m cells families --docs` writes the block `drift:families`
+
+
+def _where(fam: Family) -> str:
+    by_domain: dict[str, list[str]] = {}
+    for site in fam.sites:
+        by_domain.setdefault(site.domain, []).append(f"`{site.id}`")
+    return "; ".join(f"{domain}: {', '.join(ids)}" for domain, ids in by_domain.items())
+
+
+def families_markdown() -> str:
+    """Every family as declared: what it changes, where, how many instances, the evidence and adaptation its
+    instances derive, what the user pays. The docs' table of drift families (`python -m cells families --docs`)."""
+    rows = ["| family | kind | what it changes | sites (domain: site) | instances | evidence, adaptation | "
+            "the user pays |", "|---|---|---|---|---|---|---|"]
+    for fam in load_families().values():
+        t = fam.templates
+        ev = t["evidence"] or {}
+        evidence = ", ".join(f"{k} {list(v)}" for k, v in ev.items() if v) or "-"
+        adaptation = "a message citing a token" if t["adaptation"] is None else (
+            f"a successful `{t['adaptation'].get('tool', 'write')}` call with {t['adaptation'].get('args_include') or []}")
+        pays = "per site" if fam.mechanism == "term_notice" else (t["user_pays"] or "-")
+        rows.append(f"| `{fam.name}` | {fam.kind} | {fam.what} | {_where(fam)} | "
+                    f"{sum(s.count() for s in fam.sites)} | {evidence}; {adaptation} | {pays} |")
+    total = sum(s.count() for fam in load_families().values() for s in fam.sites)
+    return "\n".join(rows) + f"\n\n{total} distinct instances in all."

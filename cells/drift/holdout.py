@@ -203,3 +203,20 @@ def parse_generated_splits(payload: Any, base_splits: dict[str, Any], catalogue:
     if clash:
         raise GeneratedSplitError(f"{FAMILIES_FILE}: splits {clash} are already splits of drifts.yaml")
     return {str(n): parse_generated_split(str(n), body, base_splits, patterns) for n, body in raw.items()}
+
+
+def split_markdown(split: GeneratedSplit) -> str:
+    """How a generated split places the instances: per family, how many train (demonstrated, reinforced) and how
+    many each hold-out kind keeps for evaluation."""
+    counts: dict[str, dict[str, int]] = {}
+    for pid, (which, kind) in split._placements.items():
+        column = which if which != "unseen" else f"unseen ({kind})"
+        row = counts.setdefault(instance(pid).family, {})
+        row[column] = row.get(column, 0) + 1
+    columns = ["demonstrated", "reinforced", "unseen (a)", "unseen (b)", "unseen (c)"]
+    lines = [f"Split `{split.name}` (base `{split.base.name}`): {split.why}", "",
+             "| family | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for family, row in sorted(counts.items()):
+        lines.append(f"| `{family}` | " + " | ".join(str(row.get(c, 0)) for c in columns) + " |")
+    held = ", ".join(f"{f} x {d}" for f, d in sorted(split.cells))
+    return "\n".join(lines) + f"\n\nHeld-out cells (b): {held}."
