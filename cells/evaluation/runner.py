@@ -29,11 +29,26 @@ class EvalMismatchError(DriftCallError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class EvalCase:
-    """One held-out task: a seed whose goal is in `language` at curriculum `stage`."""
+    """One held-out task: a seed whose goal is in `language` at curriculum `stage`; `drifts` "" plays the
+    catalogue's own schedule, "<split>:<set>" only a generated split's held-out instances of that set
+    (`drift_setting`)."""
 
     seed: int
     stage: int
     language: str
+    drifts: str = ""
+
+
+def drift_setting(drifts: str) -> dict[str, Any]:
+    """The env arguments a case's `drifts` names: none for "", else the generated instances a generated split holds
+    out for evaluation set `<set>` (`cells.evaluation.splits.GENERATED_SETS`), as the env's pool."""
+    if not drifts:
+        return {}
+    from cells.step_06_drift import DriftPool, drift_split
+
+    name, _, which = drifts.partition(":")
+    return {"drift_pool": DriftPool(drift_split(name).held_out(which.rsplit("-", 1)[-1])),
+            "drift_source": "generated"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +63,11 @@ class EvalSpec:
     turn_budgets: tuple[int, ...] | None = None  # per stage; None: the env's defaults
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """As `dataclasses.asdict`, a case's `drifts` left out where it is "" (the catalogue's own schedule), so specs
+        saved before cases had it compare equal."""
+        out = dataclasses.asdict(self)
+        out["cases"] = [{k: v for k, v in c.items() if k != "drifts" or v} for c in out["cases"]]
+        return out
 
 
 def eval_plan(per_cell: int, stages: Iterable[int] = (1, 2, 3), languages: Sequence[str] | None = None,
@@ -92,7 +111,8 @@ def env_for_case(case: EvalCase, turn_budgets: Sequence[int] | None = None, voic
     from cells.step_10_env import DriftCallEnv
 
     return DriftCallEnv(case.stage, {case.language: 1.0},
-                        max_turns=None if turn_budgets is None else turn_budgets[case.stage - 1], voice=voice)
+                        max_turns=None if turn_budgets is None else turn_budgets[case.stage - 1], voice=voice,
+                        **drift_setting(case.drifts))
 
 
 def play_greedy(model: Any, tokenizer: Any, cases: Sequence[EvalCase], profile: Any) -> Any:
