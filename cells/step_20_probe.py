@@ -11,7 +11,8 @@ exploit's do (0); that mean is still reported (`honest_failure_mean_reward`) as 
 The probe counts offences per class with example evidence, and flags loudly any offence code the
 reward emits that this probe does not know (a new offence must be added to the closed set first).
 
-Seeds come from `PROBE_SEEDS` (step 2), cycling stages 1-3, so they never overlap evaluation seeds.
+Seeds come from `PROBE_SEEDS` (step 2), cycling stages 1-3 (every other round of stages 2-3 with generated drift),
+so they never overlap evaluation seeds.
 Reads `ctx.profile`, `ctx.model`/`ctx.tokenizer` (optional). Writes `ctx.reports["probe"]` and
 `probe.json`. Run alone: `python -m cells run --profile cpu-smoke --steps 20` (~5 s without a model).
 """
@@ -35,7 +36,8 @@ class UnknownOffenceWarning(UserWarning):
 
 def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3)) -> tuple[Any, ...]:
     """`n` probe cases from the reserved probe range (from its index `start`), `stages` in turn, languages as
-    generated."""
+    generated; every other round of the drifted stages meets generated drift (the families' instances) instead of
+    the catalogue's."""
     from cells.evaluation.runner import EvalCase
     from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
     from cells.step_07_tasks import generate
@@ -44,7 +46,8 @@ def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3)) -> 
     for i in range(n):
         seed, stage = PROBE_SEEDS.seed(start + i), stages[i % len(stages)]
         language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
-        cases.append(EvalCase(seed, stage, language))
+        generated = stage > 1 and (start + i) // len(stages) % 2 == 1
+        cases.append(EvalCase(seed, stage, language, "generated" if generated else ""))
     return tuple(cases)
 
 

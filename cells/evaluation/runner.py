@@ -30,8 +30,8 @@ class EvalMismatchError(DriftCallError, ValueError):
 @dataclasses.dataclass(frozen=True)
 class EvalCase:
     """One held-out task: a seed whose goal is in `language` at curriculum `stage`; `drifts` "" plays the
-    catalogue's own schedule, "<split>:<set>" only a generated split's held-out instances of that set
-    (`drift_setting`)."""
+    catalogue's own schedule, "generated" the generated families', "<split>:<set>" only a generated split's
+    held-out instances of that set (`drift_setting`)."""
 
     seed: int
     stage: int
@@ -40,10 +40,15 @@ class EvalCase:
 
 
 def drift_setting(drifts: str) -> dict[str, Any]:
-    """The env arguments a case's `drifts` names: none for "", else the generated instances a generated split holds
-    out for evaluation set `<set>` (`cells.evaluation.splits.GENERATED_SETS`), as the env's pool."""
+    """The env arguments a case's `drifts` names: none for "" (the catalogue), a drift source ("generated", "both":
+    step 2's `DRIFT_SOURCES`), else "<split>:<set>": the generated instances a generated split holds out for
+    evaluation set `<set>` (`cells.evaluation.splits.GENERATED_SETS`), as the env's pool."""
+    from cells.step_02_profiles import DRIFT_SOURCES
+
     if not drifts:
         return {}
+    if drifts in DRIFT_SOURCES:
+        return {"drift_source": drifts}
     from cells.step_06_drift import DriftPool, drift_split
 
     name, _, which = drifts.partition(":")
