@@ -141,9 +141,12 @@ def _non_negative(text: str) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from cells.openenv_env import DRIFT_ENV
     from cells.server.app import serve
     from cells.server.middleware import Limits
 
+    if args.drift:  # every session and env worker reads it (cells/openenv_env.py)
+        os.environ[DRIFT_ENV] = args.drift
     limits = Limits(max_sessions=args.max_sessions, session_ttl_s=args.session_ttl, send_timeout_s=args.send_timeout)
     serve(args.host, args.port, args.stage, limits=limits, insecure_local=args.insecure_local,
           env_workers=args.env_workers)
@@ -152,7 +155,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from cells.bench import BENCHES
-    from cells.step_02_profiles import PROFILES
+    from cells.step_02_profiles import DRIFT_SOURCES, PROFILES
 
     parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall pipeline")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -231,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--send-timeout", type=float, default=30.0,
                          help="seconds a client may leave a reply unread before its session is reset and freed")
     p_serve.add_argument("--insecure-local", action="store_true", help="no agent token; loopback hosts only")
+    p_serve.add_argument("--drift", choices=DRIFT_SOURCES, default=None,
+                         help="which drifts sessions meet: the hand-written catalogue (default), the generated "
+                              "families' instances, or both (sets DRIFTCALL_DRIFT)")
     p_serve.add_argument("--env-workers", type=_non_negative, default=0,
                          help="run the sessions' envs in N worker processes (0: on the event loop; see README)")
     p_serve.set_defaults(func=_cmd_serve)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 
 import pytest
 
@@ -187,3 +188,19 @@ def test_a_generated_source_needs_a_generated_split_and_a_known_source(tmp_path)
                   run_dir=tmp_path)
     with pytest.raises(DriftCatalogueError, match="generated split"):
         run(ctx)
+
+
+def test_served_sessions_meet_the_drift_source_the_server_was_started_with(monkeypatch):
+    from cells import __main__ as cli
+    from cells.openenv_env import DRIFT_ENV, DriftCallOpenEnv
+
+    monkeypatch.delenv(DRIFT_ENV, raising=False)
+    assert DriftCallOpenEnv(stage=2).core.drift_source == "handwritten"
+    started = {}
+    monkeypatch.setattr("cells.server.app.serve", lambda *a, **kw: started.update(drift=os.environ[DRIFT_ENV]))
+    assert cli.main(["serve", "--insecure-local", "--drift", "generated"]) == 0 and started == {"drift": "generated"}
+    env = DriftCallOpenEnv(stage=2)  # every session (and env worker: the variable is inherited) reads it
+    assert env.core.drift_source == "generated"
+    assert DriftCallOpenEnv(stage=2, drift_source="both").core.drift_source == "both"  # a caller's choice wins
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--drift", "invented"])
