@@ -258,3 +258,21 @@ def test_two_drifts_setting_one_generic_flag_add_up():
     world, _ = _world_with(_first("fee_at_booking", "cab", "total", name="platform_fee_inr"), "cab")
     world, _, _ = apply_drift(world, _first("fee_at_booking", "cab", "total", name="service_fee_inr"), turn=3)
     assert set(world.flags["cab"]["booking_fees"]) == {"platform_fee_inr", "service_fee_inr"}
+
+
+def test_every_family_declaration_is_documented():
+    """docs/design.md's block `drift:families` is what `python -m cells families --docs` writes today: a family,
+    site, lexicon or split edited without regenerating the docs fails here, and every family is in it."""
+    from pathlib import Path
+
+    from cells.drift.families import FAMILIES_DOC
+    from cells.evaluation.docblocks import block_body
+    from cells.step_06_drift import families_doc_markdown
+
+    text = (Path(__file__).resolve().parents[1] / FAMILIES_DOC).read_text(encoding="utf-8")
+    body = block_body(text, "drift:families")
+    assert body is not None, "run `python -m cells families --docs`"
+    assert body.split("\n", 2)[2].strip() == families_doc_markdown().strip(), "run `python -m cells families --docs`"
+    for name, fam in load_families().items():
+        assert f"| `{name}` | {fam.kind} | {fam.what} |" in body
+        assert all(f"`{site.id}`" in body for site in fam.sites)
