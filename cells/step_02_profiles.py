@@ -217,9 +217,10 @@ class Profile:
                   "of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often per "
                   "second of training. 0 = off")
     drift_split: str = knob(
-        "", help="a split of the drift catalogue (`splits:` in cells/data/drifts.yaml, e.g. `latin`): the warm "
-                 "start's demonstrations show only its demonstrated patterns, GRPO's episodes also its reinforced "
-                 "ones, its unseen ones only evaluation. Empty = none: every pattern demonstrated (the oracle)")
+        "", help="a split of the drift catalogue (`splits:` in cells/data/drifts.yaml, e.g. `latin`; or a generated "
+                 "split of cells/data/drift_families.yaml, e.g. `latin-gen`): the warm start's demonstrations show "
+                 "only its demonstrated patterns, GRPO's episodes also its reinforced ones, its unseen ones only "
+                 "evaluation. Empty = none: every pattern demonstrated (the oracle)")
     drift_source: str = knob(
         "handwritten", help="which drifts the warm start's expert episodes and GRPO's episodes meet: `handwritten` (the "
                             "catalogue), `generated` (instances of the drift families) or `both`; with a generated "
