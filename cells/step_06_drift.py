@@ -582,15 +582,25 @@ class _Choice:
         return _Choice(self.kind, sites) if sites else None
 
 
-def _eligible(site: tuple[DriftPattern, ...], goal: GoalSpec, pool: DriftPool | None) -> tuple[DriftPattern, ...]:
-    return tuple(p for p in site if goal.domain in p.applies_to and (pool is None or p.id in pool.allowed)
-                 and requirements_met(p, goal))
+@lru_cache(maxsize=256)
+def _pooled(domain: str, goal_domain: str, pool: DriftPool | None) -> tuple[tuple[str, tuple[tuple[DriftPattern, ...],
+                                                                                          ...]], ...]:
+    """`generated_patterns(domain)` kept to those a `goal_domain` goal may meet under `pool` (what every reset
+    would filter again: a thousand instances; only the goal predicates are left per goal)."""
+    out = []
+    for _, kind, sites in generated_patterns(domain):
+        kept = tuple(k for site in sites if (k := tuple(p for p in site if goal_domain in p.applies_to
+                                                         and (pool is None or p.id in pool.allowed))))
+        if kept:
+            out.append((kind, kept))
+    return tuple(out)
 
 
 def _choices(goal: GoalSpec, domain: str, pool: DriftPool | None, source: str) -> list[_Choice]:
     out = [_Choice(p.kind, ((p,),)) for p in _candidates(goal, domain, pool)] if source == "both" else []
-    for _, kind, sites in generated_patterns(domain):
-        eligible = tuple(kept for site in sites if (kept := _eligible(site, goal, pool)))
+    for kind, sites in _pooled(domain, goal.domain, pool):
+        eligible = tuple(kept for site in sites
+                         if (kept := site if not site[0].requires else tuple(p for p in site if requirements_met(p, goal))))
         if eligible:
             out.append(_Choice(kind, eligible))
     return out
