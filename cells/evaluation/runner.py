@@ -49,11 +49,13 @@ def drift_setting(drifts: str) -> dict[str, Any]:
         return {}
     if drifts in DRIFT_SOURCES:
         return {"drift_source": drifts}
-    from cells.step_06_drift import DriftPool, drift_split
+    from cells.step_06_drift import DriftPool, GeneratedSplit, drift_split
 
     name, _, which = drifts.partition(":")
-    return {"drift_pool": DriftPool(drift_split(name).held_out(which.rsplit("-", 1)[-1])),
-            "drift_source": "generated"}
+    split = drift_split(name)
+    if not isinstance(split, GeneratedSplit):
+        raise ValueError(f"case drifts {drifts!r}: {name!r} is no generated split; held-out instances come from one")
+    return {"drift_pool": DriftPool(split.held_out(which.rsplit("-", 1)[-1])), "drift_source": "generated"}
 
 
 @dataclasses.dataclass(frozen=True)
