@@ -559,14 +559,20 @@ def build_schedule(stage: int, seed: int, goal: GoalSpec, pool: DriftPool | None
         return ()
     if source != "handwritten":
         return _family_schedule(stage, seed, goal, pool, source)
-    rng = rng_for(seed, "drift.schedule", stage)
     own, pay = _candidates(goal, goal.domain, pool), _candidates(goal, "payment", pool)
+    return _stage_rules(rng_for(seed, "drift.schedule", stage), stage, own, pay, lambda r, o: _pick(r, o, pool))
+
+
+def _stage_rules(rng: Any, stage: int, own: list[Any], pay: list[Any], pick: Callable[[Any, list[Any]], DriftPattern]
+                 ) -> tuple[ScheduledDrift, ...]:
+    """Stage 2: one drift of the goal's domain or payment; stage 3: two of different kinds (the second sometimes
+    payment). `own` and `pay` are what `pick` draws a pattern from (patterns, or `_Choice`s), each with a `kind`."""
     if stage == 2 or not own:
-        return (_scheduled(_pick(rng, own + pay, pool), rng),) if own + pay else ()
-    first = _pick(rng, own, pool)
-    others = [p for p in own if p.kind != first.kind]
+        return (_scheduled(pick(rng, own + pay), rng),) if own + pay else ()
+    first = pick(rng, own)
+    others = [o for o in own if o.kind != first.kind]
     second = pay if (rng.random() < PAYMENT_SHARE_STAGE3 or not others) else others
-    return (_scheduled(first, rng), _scheduled(_pick(rng, second, pool), rng)) if second else (_scheduled(first, rng),)
+    return (_scheduled(first, rng), _scheduled(pick(rng, second), rng)) if second else (_scheduled(first, rng),)
 
 
 @dataclass(frozen=True)
@@ -618,14 +624,9 @@ def _choose(rng: Any, options: list[_Choice], pool: DriftPool | None) -> DriftPa
 def _family_schedule(stage: int, seed: int, goal: GoalSpec, pool: DriftPool | None, source: str
                      ) -> tuple[ScheduledDrift, ...]:
     """`build_schedule` over generated instances (and, with source "both", the catalogue): the same stage rules."""
-    rng = rng_for(seed, "drift.schedule", stage, source)
     own, pay = _choices(goal, goal.domain, pool, source), _choices(goal, "payment", pool, source)
-    if stage == 2 or not own:
-        return (_scheduled(_choose(rng, own + pay, pool), rng),) if own + pay else ()
-    first = _choose(rng, own, pool)
-    others = [c for c in own if c.kind != first.kind]
-    second = pay if (rng.random() < PAYMENT_SHARE_STAGE3 or not others) else others
-    return (_scheduled(first, rng), _scheduled(_choose(rng, second, pool), rng)) if second else (_scheduled(first, rng),)
+    return _stage_rules(rng_for(seed, "drift.schedule", stage, source), stage, own, pay,
+                        lambda r, o: _choose(r, o, pool))
 
 
 def due_drifts(schedule: tuple[ScheduledDrift, ...], fired_ids: frozenset[str], tool_name: str,
