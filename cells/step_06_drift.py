@@ -656,9 +656,9 @@ def _merged(flags: dict[str, Any], mutation: dict[str, Any]) -> dict[str, Any]:
     out = dict(mutation)
     for key, value in mutation.items():
         if key in GENERIC_FLAGS and isinstance(value, dict):
-            out[key] = {**flags[key], **value}
+            out[key] = {**flags.get(key, {}), **value}
         elif key in GENERIC_FLAGS and isinstance(value, list):
-            out[key] = [*flags[key], *value]
+            out[key] = [*flags.get(key, []), *value]
     return out
 
 

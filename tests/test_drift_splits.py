@@ -194,7 +194,7 @@ def test_served_sessions_meet_the_drift_source_the_server_was_started_with(monke
     from cells import __main__ as cli
     from cells.openenv_env import DRIFT_ENV, DriftCallOpenEnv
 
-    monkeypatch.delenv(DRIFT_ENV, raising=False)
+    monkeypatch.setenv(DRIFT_ENV, "")  # recorded, so the value `serve` sets below is undone after the test
     assert DriftCallOpenEnv(stage=2).core.drift_source == "handwritten"
     started = {}
     monkeypatch.setattr("cells.server.app.serve", lambda *a, **kw: started.update(drift=os.environ[DRIFT_ENV]))

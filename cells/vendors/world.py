@@ -18,7 +18,8 @@ from cells.errors import DriftCallError
 from cells.step_04_datatypes import DOMAINS, GOAL_DOMAINS, Booking, GoalSpec
 
 # The flags of the generic mechanisms generated drift families drive (cells/vendors/generic.py), the same in every
-# goal domain, with their pre-drift values.
+# goal domain, with the value their absence means: a world carries one only once a drift set it (a served judge view
+# sends every flag on every call, so flags no drift set stay out of it).
 GENERIC_FLAGS: dict[str, Any] = {
     "renamed_fields": {},  # response field -> its new name, in every response of the domain
     "required_args": [],  # further arguments a tool requires, each with where its value comes from
@@ -65,8 +66,11 @@ DEFAULT_FLAGS: dict[str, dict[str, Any]] = {
         "mfa_threshold_inr": None,  # charges above this need the user's one-time code
     },
 }
-for _domain in GOAL_DOMAINS:
-    DEFAULT_FLAGS[_domain].update(GENERIC_FLAGS)
+
+
+def settable_flags(domain: str) -> frozenset[str]:
+    """The flags a drift may set in `domain`: its own (`DEFAULT_FLAGS`) and, in a goal domain, `GENERIC_FLAGS`."""
+    return frozenset(DEFAULT_FLAGS[domain]) | (frozenset(GENERIC_FLAGS) if domain in GOAL_DOMAINS else frozenset())
 
 
 @dataclass(frozen=True)
@@ -122,9 +126,9 @@ def with_flags(world: World, domain: str, updates: dict[str, Any]) -> World:
     """New World with `domain` flags updated and that domain's schema version + 1."""
     if domain not in DEFAULT_FLAGS:
         raise FlagError(f"unknown domain {domain!r}; allowed: {list(DEFAULT_FLAGS)}")
-    unknown = sorted(set(updates) - set(DEFAULT_FLAGS[domain]))
+    unknown = sorted(set(updates) - settable_flags(domain))
     if unknown:
-        raise FlagError(f"{domain} has no flag(s) {unknown}; allowed: {sorted(DEFAULT_FLAGS[domain])}")
+        raise FlagError(f"{domain} has no flag(s) {unknown}; allowed: {sorted(settable_flags(domain))}")
     flags = {**world.flags, domain: {**world.flags[domain], **updates}}
     versions = {**world.schema_versions, domain: world.schema_versions[domain] + 1}
     return dataclasses.replace(world, flags=flags, schema_versions=versions)
