@@ -46,7 +46,7 @@ from cells.drift.families import (
     named_combination,
     site_instances,
 )
-from cells.drift.holdout import GeneratedSplit, parse_generated_splits
+from cells.drift.holdout import HOLDOUT_KINDS, GeneratedSplit, parse_generated_splits
 from cells.errors import DriftCallError
 from cells.step_02_profiles import DRIFT_SOURCES
 from cells.step_04_datatypes import (
@@ -702,5 +702,9 @@ def run(ctx: Context) -> Context:
     for split in load_splits().values():
         sets = {which: sorted(split.ids(which)) for which in PATTERN_SETS}
         print(f"[drift] split {split.name!r}: " + "; ".join(f"{len(v)} {k}" for k, v in sets.items()))
+    for gen in load_generated_splits().values():
+        held = "; ".join(f"({kind}) {len(gen.held_out(kind))}" for kind in HOLDOUT_KINDS)
+        print(f"[drift] generated split {gen.name!r} (base {gen.base.name!r}): {len(gen.training_ids())} generated "
+              f"instances train; held out for evaluation: {held}")
     return ctx
 
