@@ -67,7 +67,7 @@ def _cmd_splits(args: argparse.Namespace) -> int:
     return splits_main(["--run-dir", args.run_dir, "--per-set", str(args.per_set)]
                        + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else [])
                        + (["--pool", *args.pool] if args.pool else [])
-                       + (["--oracle", args.oracle] if args.oracle else []))
+                       + (["--oracle", args.oracle] if args.oracle else []) + (["--out", args.out] if args.out else []))
 
 
 def _cmd_curve(args: argparse.Namespace) -> int:
@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                                "(docs/results/splits_pooled.json; with --docs also the plot and docs block)")
     p_splits.add_argument("--oracle", default=None, metavar="RUN_DIR",
                           help="with --pool: a run with every pattern demonstrated, evaluated with --split")
+    p_splits.add_argument("--out", default=None, metavar="JSON",
+                          help="with --pool and without --docs: write the pooled JSON here instead of the published one")
     p_splits.set_defaults(func=_cmd_splits)
     p_curve = sub.add_parser("curve", add_help=False, help="a finished CPU run's GRPO checkpoints on held-out "
                                                            "episodes of its drift split's pattern sets (learning curve)")

@@ -208,6 +208,12 @@ def test_pool_over_seeds_reads_records_pairs_within_seeds_and_writes_json(tmp_pa
     assert cal["pooled"]["warm_start"]["n"] == 240 and cal["pooled"]["warm_start"]["ece"] > 0.4
     assert [t["status"] for t in pooled["targets"]] == ["PASS", "PASS", "PASS", "PASS"]
     assert pooled == splits.pool_splits(runs, oracle, out=tmp_path / "again.json")  # seeded: identical
+    published = splits.POOLED_JSON.read_text(encoding="utf-8") if splits.POOLED_JSON.is_file() else None
+    assert splits.main(["--pool", *map(str, runs), "--oracle", str(oracle), "--out", str(tmp_path / "gen.json")]) == 0
+    assert json.loads((tmp_path / "gen.json").read_text()) == pooled  # another experiment's pooling, kept apart
+    assert (splits.POOLED_JSON.read_text(encoding="utf-8") if splits.POOLED_JSON.is_file() else None) == published
+    with pytest.raises(SystemExit):
+        splits.main(["--out", str(tmp_path / "x.json")])
 
 
 def test_pooled_success_per_withheld_pattern_counts_only_the_sets_own_patterns(tmp_path):

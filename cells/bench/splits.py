@@ -292,16 +292,22 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"pool these runs' saved records over seeds (no play) into {POOLED_JSON}")
     parser.add_argument("--oracle", default=None, metavar="RUN_DIR",
                         help="with --pool: a run with every pattern demonstrated, evaluated on the same split")
+    parser.add_argument("--out", default=None, metavar="JSON",
+                        help=f"with --pool and without --docs: where the pooled JSON goes (default {POOLED_JSON}); "
+                             "another experiment's pooling, kept beside the published one")
     args = parser.parse_args(argv)
     if args.oracle and not args.pool:
         parser.error("--oracle goes with --pool")
+    if args.out and (not args.pool or args.docs):
+        parser.error("--out goes with --pool, without --docs (the docs pool into their own JSON)")
     if args.pool:
         runs, oracle = [Path(d) for d in args.pool], Path(args.oracle) if args.oracle else None
         if args.docs:
             runs, oracle = archive_runs(runs, oracle)
             print(f"archived the records under {SPLITS_ARCHIVE}: pooling from there")
-        pooled = pool_splits(runs, oracle)
-        print(f"wrote {POOLED_JSON}")
+        out = Path(args.out) if args.out else POOLED_JSON
+        pooled = pool_splits(runs, oracle, out)
+        print(f"wrote {out}")
         for t in pooled["targets"]:
             print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
         if args.docs:
