@@ -36,7 +36,7 @@ from cells.vendors.payment import token_for
 from cells.vendors.world import DEFAULT_FLAGS, FlagError, World, new_world, with_flags
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 __all__ = [
     "DEFAULT_FLAGS", "ERROR_TABLE", "TOOLS", "TOOL_NAMES", "DrillArgumentError", "ErrorCode", "FlagError",
