@@ -46,7 +46,7 @@ from cells.step_05_vendors import DEFAULT_FLAGS, TOOL_NAMES, ErrorCode, World, w
 from cells.vendors import airline, hotel, restaurant
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 CATALOGUE_FILE = "drifts.yaml"
 PAYMENT_SHARE_STAGE3 = 0.35  # chance the second stage-3 drift hits the payment gateway

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from cells.distributed import launched_processes
 from cells.errors import DriftCallError
+from cells.modeling.adaptive_kl import BETA_KL  # re-exported: declared with the controller that retargets it
 from cells.modeling.episode_rewards import episode_rewards, field_of, is_finite_number
 from cells.step_02_profiles import Profile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
-BETA_KL: float = 0.04  # initial KL coefficient (fixed by the design); AdaptiveKLCallback retargets it
 STAGES: tuple[int, ...] = (1, 2, 3)
 
 

@@ -37,11 +37,12 @@ Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_
 Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"|"stage1_signal"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
-Time: cpu-smoke ~1 min; cpu-learn: copy pretraining ~2.4 min + expert data ~4 min + warm start ~26 min (it prints its training
-tokens/s) + 4 held-out checkpoints ~2 min, GRPO stage 1 under a minute; colab-t4 ~1 h (estimate).
+Time: cpu-smoke about a minute; cpu-learn about half an hour, nearly all of it the warm start (it prints its training
+tokens/s; `python -m cells results` writes each phase's measured wall time into docs/results.md); colab-t4 has not been
+run on a GPU yet: estimated from the cpu-gemma run, a ~5 min warm start, then 100 GRPO steps at ~15-25 s each
+(docs/experiments/2026-12-04-cpu-gemma.md).
 
-`build_stage_trainer` is the single place that wires the env, expert and trainer classes;
-steps 16 and 17 call it too.
+GRPO's stage runner and trainer wiring live with GRPO (`cells/training/grpo_stage.py`), shared by steps 15-17.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from cells.distributed import is_main_process
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
     from cells.training.warm_start import WarmStartEval, WarmStartResult
 
 STAGE = 1
@@ -102,56 +103,6 @@ def warm_start_conversations(ctx: Context) -> list[list[dict[str, Any]]]:
                                                                               ctx.profile.sft_stages) if k]
     longest = max((len(c) for c in per_stage), default=0)
     return [convs[i] for i in range(longest) for convs in per_stage if i < len(convs)]
-
-
-def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: list[Any]) -> Any:
-    """Build the DriftCall GRPO trainer for `stage` (the one place its wiring is set).
-
-    Contract the stage runner relies on: `output_dir` is the trainer's output_dir, `callbacks` are
-    passed through, `max_steps` is the curriculum total, checkpoints are saved by steps.
-    """
-    from cells.agent.groups import rollout_group_fn_for_profile
-    from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_07_tasks import generate
-    from cells.step_10_env import stage_env_factories
-    from cells.step_13_grpo_config import build_grpo_config, reward_fn
-    from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
-    from cells.training.failures import stage_failure_seeds
-    from cells.training.signal import SignalReport, pattern_set_labels
-    from cells.training.stages import curriculum_max_steps
-
-    config = build_grpo_config(
-        ctx.profile, stage, output_dir=str(output_dir),
-        max_steps=curriculum_max_steps(ctx),  # one cosine curve over all stages
-        save_strategy="steps", save_steps=ctx.profile.save_every,
-    )
-    languages = ctx.profile.languages_for_stage(stage)
-    env_factory = (ctx.env_factory or stage_env_factories(ctx.profile))[stage]  # step 10's, or the same built here
-    first_seed = TRAIN_SEEDS.seed((stage - 1) * 100_000_000)  # disjoint seed block per stage
-    ensure_grpo_policy(ctx)
-    dataset = EpisodeDatasetAdapter(
-        task_gen=generate, env_factory=env_factory, stage=stage, stage_base_seed=first_seed,
-        language_weights=languages, tokenizer=ctx.tokenizer,
-        seeds=stage_failure_seeds(ctx.model, ctx.tokenizer, ctx.profile, env_factory, first_seed, output_dir),
-    )
-    trainer_cls = make_driftcall_grpo_trainer_cls()
-    return trainer_cls(
-        model=ctx.model,
-        processing_class=ctx.tokenizer,
-        args=config,
-        train_dataset=dataset,
-        rollout_group_fn=rollout_group_fn_for_profile(ctx.profile),
-        env_factory=env_factory,
-        reward_fn_driftcall=reward_fn,
-        enable_adaptive_kl=ctx.profile.adaptive_kl,
-        adaptive_kl_target=ctx.profile.adaptive_kl_target,
-        adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
-        resample_rounds=ctx.profile.grpo_resample_rounds,
-        resample_on=ctx.profile.grpo_resample_on,
-        success_advantage=ctx.profile.grpo_success_advantage,
-        group_labels=pattern_set_labels(ctx.profile),
-        callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
-    )
 
 
 def warm_start(ctx: Context) -> WarmStartResult:
@@ -279,31 +230,14 @@ def save_warm_start_summary(ctx: Context, result: WarmStartResult, summary: Warm
     return path
 
 
-def ensure_grpo_policy(ctx: Context) -> None:
-    """With `warm_start_full`, GRPO needs the warm-started model under a LoRA; load the saved one if `ctx.model`
-    is still the plain boot (e.g. `--steps 12,16` in a new process after step 15 ran)."""
-    if not ctx.profile.warm_start_full or hasattr(ctx.model, "peft_config"):
-        return
-    from cells.training.stages import training_root
-
-    model_dir = training_root(ctx) / "warm_start" / "model"
-    if not (model_dir / "model.safetensors").is_file():
-        raise RuntimeError(f"profile {ctx.profile.name!r} trains GRPO on the warm-started model, but {model_dir} "
-                           "has none: run step 15 first")
-    _full_warm_start(ctx, model_dir.parent, model_dir)
-
-
 def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResult:
     """Train (or reload) every weight of the tiny base, then put the GRPO LoRA on top of it."""
     from cells.step_12_model import attach_adapter
-    from cells.training.warm_start import WarmStartResult
+    from cells.training.warm_start import WarmStartResult, load_full_warm_start
 
     base = ctx.model.unload() if hasattr(ctx.model, "peft_config") else ctx.model  # rerun in one session
     if (model_dir / "model.safetensors").is_file():
-        import torch
-
-        base = type(base).from_pretrained(str(model_dir), dtype=torch.float32)
-        refuse_other_tokenizer(ctx, model_dir)
+        base = load_full_warm_start(base, ctx.tokenizer, model_dir)
         result = WarmStartResult(model_dir, 0, 0, 0, 0, (), full_model=True)
     else:
         base.requires_grad_(True)
@@ -311,18 +245,6 @@ def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResul
         result = _train(ctx, base, out)
     ctx.model = attach_adapter(base, ctx.profile)  # adapter off = the warm-started model = GRPO's KL reference
     return result
-
-
-def refuse_other_tokenizer(ctx: Context, model_dir: Path) -> None:
-    """Raise when the saved warm start was trained on other token ids than step 12's tokenizer gives: the tiny
-    tokenizer is trained on the project's own text, so a fixture edited since the warm start changes it."""
-    if not (model_dir / "tokenizer.json").is_file():
-        return  # saved before warm starts kept their tokenizer: nothing to compare
-    from transformers import AutoTokenizer
-
-    if AutoTokenizer.from_pretrained(str(model_dir)).get_vocab() != ctx.tokenizer.get_vocab():
-        raise RuntimeError(f"the warm start in {model_dir} was trained with another tokenizer than this checkout "
-                           "builds (a fixture the tokenizer learns from changed since): rerun with --fresh")
 
 
 def copy_pretrain_first(ctx: Context, base: Any, out: Path) -> None:
@@ -366,13 +288,14 @@ def evaluate_warm_start(ctx: Context) -> WarmStartEval | None:
 
 def run(ctx: Context) -> Context:
     """Warm start, its held-out parse-rate check, then GRPO stage 1."""
-    from cells.training.stages import note_if_reused, run_context_stage
+    from cells.training.grpo_stage import run_grpo_stage
+    from cells.training.stages import note_if_reused
 
     result = warm_start(ctx)
     first = f"{result.losses[0]:.3f}" if result.losses else "-"
     last = f"{result.losses[-1]:.3f}" if result.losses else "-"
     print(f"[warm start] {result.examples:,} examples, {result.steps:,} steps, loss {first} -> {last}")
     save_warm_start_summary(ctx, result, evaluate_warm_start(ctx))
-    stage = run_context_stage(ctx, STAGE, build_stage_trainer)
+    stage = run_grpo_stage(ctx, STAGE)
     note_if_reused(ctx, __name__, result.steps, stage.trained_steps)
     return ctx

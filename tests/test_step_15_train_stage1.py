@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from tiny import Interrupted, crash_at_step_begin, grpo_factory, tiny_model, tiny_tokenizer
 
 from cells.agent.chat import ChatTemplateError, render_segments
-from cells.pipeline import Context
+from cells.context import Context
 from cells.step_01_setup import git_sha
 from cells.step_02_profiles import get_profile
 from cells.step_15_train_stage1 import (
@@ -475,10 +475,10 @@ def test_pattern_set_labels_name_each_group_by_its_scheduled_drifts():
 
 
 def test_resample_rounds_past_the_trainers_reserve_are_refused_by_the_profile():
-    from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS, ProfileError
+    from cells.step_02_profiles import ProfileError, knob_cap
 
     with pytest.raises(ProfileError, match="grpo_resample_rounds"):
-        dataclasses.replace(get_profile("cpu-smoke"), grpo_resample_rounds=MAX_RESAMPLE_ROUNDS + 1)
+        dataclasses.replace(get_profile("cpu-smoke"), grpo_resample_rounds=knob_cap("grpo_resample_rounds") + 1)
 
 
 def test_labelled_positions_loss_equals_the_models_own_loss():
@@ -880,8 +880,8 @@ def test_an_assistant_turn_marked_no_loss_is_context_only():
 
 
 def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatch):
-    import cells.step_14_trainer as step_14
-    import cells.step_15_train_stage1 as step_15
+    import cells.modeling.grpo_trainer as grpo_trainer
+    import cells.training.grpo_stage as grpo_stage
     from cells.step_10_env import stage_env_factories
 
     built: dict[str, object] = {}
@@ -890,15 +890,15 @@ def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatc
         def __init__(self, **kwargs):
             built.update(kwargs)
 
-    monkeypatch.setattr(step_14, "make_driftcall_grpo_trainer_cls", lambda: Recorder)
-    monkeypatch.setattr(step_15, "ensure_grpo_policy", lambda ctx: None)
+    monkeypatch.setattr(grpo_trainer, "DriftCallGRPOTrainer", Recorder)
+    monkeypatch.setattr(grpo_stage, "ensure_grpo_policy", lambda ctx: None)
     profile = dataclasses.replace(get_profile("cpu-smoke"), turn_budgets=(5, 9, 11))
     ctx = Context(profile=profile, run_dir=tmp_path, tokenizer=tiny_tokenizer())
     ctx.env_factory = stage_env_factories(profile)
-    step_15.build_stage_trainer(ctx, 2, tmp_path / "stage2", [])
+    grpo_stage.build_stage_trainer(ctx, 2, tmp_path / "stage2", [])
     assert built["env_factory"] is ctx.env_factory[2]
     ctx.env_factory = None  # step 15 run alone: the same factories, built from the profile
-    step_15.build_stage_trainer(ctx, 3, tmp_path / "stage3", [])
+    grpo_stage.build_stage_trainer(ctx, 3, tmp_path / "stage3", [])
     assert built["env_factory"]().max_turns == 11
 
 

@@ -110,7 +110,8 @@ def _run(argv: list[str], judge_doc: str | None = None) -> int:
 
     from cells.bench.env_policies import bench_env, play_table, print_env, print_policies
 
-    parser = argparse.ArgumentParser(prog="python -m cells bench")
+    parser = argparse.ArgumentParser(prog="python -m cells bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=("env", "policies"))
     parser.add_argument("--episodes", type=int, default=300, help="bench env: expert episodes per stage")
     parser.add_argument("--seeds", type=int, default=500, help="bench policies: held-out seeds per stage")

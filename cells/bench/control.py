@@ -161,7 +161,8 @@ def evaluate_and_pair(run_dir: Path, profile: Any, model: Any, tokenizer: Any, n
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells control", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells control", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-learn")
     args = parser.parse_args(argv)
     run_control(Path(args.run_dir))

@@ -87,7 +87,8 @@ def _row(phase: str, steps: int, seconds: float, loss: float, accuracy: dict[str
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells bench copy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells bench copy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu-learn")
     parser.add_argument("--mixed-steps", type=int, default=1000, help="steps on every kind mixed, after step 15's")
     parser.add_argument("--chunk", type=int, default=250, help="measure after every this many mixed steps")

@@ -14,7 +14,7 @@ stage in GRPO's curriculum order, rounds of
 1. sampling: `RAFT_ROUND_GROUPS` training seeds, G = `profile.num_generations` episodes each, at the profile's GRPO
    temperature and top-p, in the envs GRPO trains in (`step_10_env.stage_env_factories`: with a `drift_split`,
    drifts from its reinforcement pool, demonstrated + reinforced). Seeds: the stage's GRPO block
-   (`TRAIN_SEEDS.seed((stage-1) * 1e8)`) shifted by `RAFT_SEED_OFFSET`, which neither GRPO (at most a few thousand
+   (`grpo_stage.first_grpo_seed`) shifted by `RAFT_SEED_OFFSET`, which neither GRPO (at most a few thousand
    seeds from the block's start) nor the warm start's expert data (tens of thousands from the same starts)
    reaches; with the failure curriculum (`grpo_failure_candidates`) the seeds the
    greedy policy fails among as many candidates there, cycled, as GRPO does (`cells.training.failures`);
@@ -149,9 +149,9 @@ def grpo_episodes(metrics_csv: Path, profile: Any) -> int:
 
 def raft_first_seed(stage: int) -> int:
     """First training seed of stage `stage`'s RAFT block (inside GRPO's stage block, past what GRPO plays)."""
-    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.training.grpo_stage import first_grpo_seed
 
-    return TRAIN_SEEDS.seed((stage - 1) * 100_000_000 + RAFT_SEED_OFFSET)
+    return first_grpo_seed(stage) + RAFT_SEED_OFFSET
 
 
 def stage_seeds(model: Any, tokenizer: Any, profile: Any, factory: Any, first: int) -> tuple[int, ...]:
@@ -287,7 +287,8 @@ def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells control --raft", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells control --raft", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-rl")
     args = parser.parse_args(argv)
     run_raft(Path(args.run_dir))

@@ -491,7 +491,8 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-learn")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--failures", action="store_true",

@@ -161,32 +161,24 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
 
     core = Tokenizer(models.BPE(unk_token=None))
     # use_regex=False: no GPT-2 word/punctuation pre-split, so BPE can merge the corpus's recurring JSON
-    # fragments (`","args":{"from":"` is one token at vocab 4096, and so is each tool name). Measured before
-    # values were split off (below), when a whole `{"action":"tool_call","tool":"airline.search","args":{"from":"`
-    # was one token: expert conversations shrank ~2x (1,545 -> 782 tokens, 300 -> 117 trained).
+    # fragments (`","args":{"from":"` is one token at vocab 4096, and so is each tool name): episodes get about
+    # half as long as with a word pre-split, so a step trains or plays twice the conversation.
     # Digits are split off into runs of at most two (DIGIT_PAIRS), left to right. Without a digit split, BPE
-    # learned pieces like `":"2026-0` and `5-1`, so the date 2026-05-14 (which the model must write from
-    # "14 May") and every id, price and time came out as a different mix of digit chunks per value. Split
-    # into single digits (as Gemma's own tokenizer does; build 5-6), a value was written the same way
-    # everywhere, but a one-digit day cost two decisions, `0` then `2`, and the tiny model wrote the day's
-    # digit where its zero goes (2026-05-02 -> 2026-05-22): a warm start of build 6 wrote 10 of 130 one-digit
-    # days wrong against 1 of 292 two-digit days (its searches on 576 held-out episodes, counted as `python -m
-    # cells diagnose` counts), and three of the probe's four wrong bookings were such dates. In pairs, `02` and
-    # `14` are each one token and a day is one choice: the same warm start trained with pairs wrote 0 of 130
-    # wrong, and the cpu-learn run of build 7 all its dates right. Cost: none; expert conversations shrink 11%
-    # (732 -> 650 tokens on 180 of stages 1-3), their trained part 8% (147 -> 135).
-    # String values are split off their keys (JSON_STRING_VALUE). Without this, BPE learned key+value tokens
-    # such as `payment_token":"tok_payments.basic_` and `flight_id":"AI-`, so an id the agent writes began with
-    # a token that never occurs where the id was shown (`"token":"tok`, `_`, `payments.v`, ...): the first
-    # piece of every copied id was a choice from habit, not a copy. The probe's invented ids were exactly that,
-    # `tok_payments.basic_22_c4f9` for an upgraded `tok_payments.v2_c4f9`. Split off, a value tokenizes the same
-    # in a tool result and in the call that copies it. Cost: expert conversations grow ~12% (683 -> 767 tokens
-    # on 180 of stages 1-3), their trained part ~8% (145 -> 156).
-    # Every pair is made a token (ALL_DIGIT_PAIRS). BPE learns merges by frequency, and the corpus alone left 9 of
-    # the 100 pairs unmerged at vocab 4096 (42, 68, 77, 79, 81, 84, 88, 95, 98): `6E-8860` came out as `8`,`8`,`60`
-    # where `6E-2653` is `26`,`53`, and a model trained on that tokenizer booked the invented `6E-7860` for a
-    # shown `6E-8860`. The pairs merge only with each other (digits are isolated pre-tokens), so the extra text takes
-    # the places of the 9 least frequent merges and changes nothing else.
+    # learns pieces like `":"2026-0` and `5-1`, so the date 2026-05-14 (which the model must write from
+    # "14 May") and every id, price and time come out as a different mix of digit chunks per value. Single digits
+    # (as Gemma's own tokenizer does) make a one-digit day two decisions, `0` then `2`, and the tiny model writes
+    # the day's digit where its zero goes (2026-05-02 -> 2026-05-22). In pairs, `02` and `14` are each one token:
+    # a value is written the same way everywhere and a day is one choice.
+    # String values are split off their keys (JSON_STRING_VALUE). Without this, BPE learns key+value tokens
+    # such as `payment_token":"tok_payments.basic_` and `flight_id":"AI-`, so an id the agent writes begins with
+    # a token that never occurs where the id was shown (`"token":"tok`, `_`, `payments.v`, ...): the first piece
+    # of every copied id is a choice from habit, not a copy (an invented `tok_payments.basic_22_c4f9` for an
+    # upgraded `tok_payments.v2_c4f9`). Split off, a value tokenizes the same in a tool result and in the call
+    # that copies it.
+    # Every pair is made a token (ALL_DIGIT_PAIRS). BPE learns merges by frequency, and the corpus alone leaves
+    # some of the 100 pairs unmerged: `6E-8860` would come out as `8`,`8`,`60` where `6E-2653` is `26`,`53`, one
+    # more way to write an id that was shown. The pairs merge only with each other (digits are isolated
+    # pre-tokens), so the extra text takes the places of the least frequent merges and changes nothing else.
     texts = [*texts, *([ALL_DIGIT_PAIRS] * DIGIT_PAIR_REPEATS)]
     core.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(JSON_STRING_VALUE), behavior="isolated"),
@@ -234,7 +226,7 @@ def tiny_config(recipe: TinyModelRecipe, tokenizer: Any) -> Any:
         tie_word_embeddings=True,
         # With tied embeddings at the default std 0.02, logits span only about +-1 (|h| ~ sqrt(hidden)
         # after the final norm), so a LoRA-only policy can barely move the output distribution.
-        # std 0.1 gives a +-6 logit range: measured, the GRPO learning check goes 0.0 -> 0.4 in 30 steps.
+        # std 0.1 gives a +-6 logit range, enough for GRPO's LoRA to move what the model samples.
         initializer_range=0.1,
     )
 

@@ -9,12 +9,12 @@ live in `cells.training.sft_data`.
 
 Loss on labelled positions only (`LabelledPositionsSFTTrainer`, full-weight warm starts): TRL 1.16's
 `SFTTrainer` computes the loss through its chunked fused LM head, which projects every position through the
-vocabulary in fp32 tiles. On 2 CPU cores that head took ~65% of each step for the cpu-learn model
-(cProfile: forward 9.6 s + backward 16.6 s of a 40 s run). Projecting only the positions that carry a label
-(~14% of an expert conversation) trains the same loss 3.2x faster (15,351 vs 4,804 training tokens/s, same
-30 batches, one process); everything else (data, optimiser, schedule, logging, callbacks) stays TRL's.
-Gradient checkpointing (TRL's default) is off for these sub-1M-parameter models: memory is not the limit, and
-recomputing activations cost a further 1.18x. Adapter (GPU) warm starts keep TRL's own loss path.
+vocabulary in fp32 tiles. On a CPU that head is most of a step for the tiny models, while only the positions
+that carry a label (a small share of an expert conversation) enter the loss: projecting only those trains the
+same loss several times faster (`python -m cells bench train` measures it against TRL's path); everything else
+(data, optimiser, schedule, logging, callbacks) stays TRL's. Gradient checkpointing (TRL's default) is off for
+these sub-1M-parameter models: memory is not the limit, and recomputing activations only costs time. Adapter
+(GPU) warm starts keep TRL's own loss path.
 
 This avoids TRL's `assistant_only_loss`, which needs `{% generation %}` markers in the template
 (Gemma's has none, and our project tokenizer's template should render exactly like Gemma's).
@@ -245,8 +245,7 @@ def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
     (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need): the one saved with the
     model, else the export's (step 24), else the tiny cache's. Why in that order: the tiny tokenizer is trained on
     the project's own text and cached by its digest, so a fixture edited after the run (a drift, a phrase) builds
-    a different tokenizer, and a warm start fed other ids plays as a broken model (a control trained that way
-    scored 37% against the warm start's 91%)."""
+    a different tokenizer, and a warm start fed other ids plays as a broken model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -265,3 +264,25 @@ def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
         _, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
     tokenizer.padding_side = "left"
     return profile, AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), tokenizer
+
+
+def load_full_warm_start(model: Any, tokenizer: Any, model_dir: Path) -> Any:
+    """The whole warm-started model saved in `model_dir` (fp32, the class of `model`), refused if it was trained on
+    other token ids than `tokenizer` gives (`refuse_other_tokenizer`)."""
+    import torch
+
+    base = type(model).from_pretrained(str(model_dir), dtype=torch.float32)
+    refuse_other_tokenizer(tokenizer, model_dir)
+    return base
+
+
+def refuse_other_tokenizer(tokenizer: Any, model_dir: Path) -> None:
+    """Raise when the saved warm start was trained on other token ids than `tokenizer` gives: the tiny tokenizer is
+    trained on the project's own text, so a fixture edited since the warm start changes it."""
+    if not (model_dir / "tokenizer.json").is_file():
+        return  # saved before warm starts kept their tokenizer: nothing to compare
+    from transformers import AutoTokenizer
+
+    if AutoTokenizer.from_pretrained(str(model_dir)).get_vocab() != tokenizer.get_vocab():
+        raise RuntimeError(f"the warm start in {model_dir} was trained with another tokenizer than this checkout "
+                           "builds (a fixture the tokenizer learns from changed since): rerun with --fresh")
