@@ -167,7 +167,6 @@ def _transcripts() -> tuple[str, ...]:
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     """Train a byte-level BPE and wrap it as a Gemma-style `PreTrainedTokenizerFast`."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE(unk_token=None))
     # use_regex=False: no GPT-2 word/punctuation pre-split, so BPE can merge the corpus's recurring JSON
