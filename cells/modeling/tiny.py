@@ -8,8 +8,15 @@ round-trips exactly. Special
 tokens and the chat template follow Gemma's conventions (`<bos>`, `<start_of_turn>user|model`,
 `<end_of_turn>`, system folded into the first user turn).
 
+The tokenizer is a versioned artefact: `tokenizers/tiny-v{TOKENIZER_VERSION}-{vocab}.json`, trained once from the
+corpus of the day it was written and committed. A run loads it, so an edit to a template, a drift's wording or a
+prompt changes no seed's tokenizer or initial weights until the version is bumped. To retrain: bump
+`TOKENIZER_VERSION`, run `python -m cells.modeling.tiny --write` (one file per preset vocabulary), commit them.
+A recipe whose vocabulary has no versioned file trains its tokenizer from the current corpus, as do calls that
+pass `texts`.
+
 `build_or_load_tiny(recipe, cache_root, seed)` caches the base model and tokenizer under
-`cache_root/<digest>/`, keyed by the recipe, the corpus and `TINY_BUILD_VERSION`.
+`cache_root/<digest>/`, keyed by the recipe, the tokenizer and `TINY_BUILD_VERSION`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from cells.step_05_vendors import TOOL_NAMES  # the registry's 16 tools (the cor
 # samples produced by the prompt, action grammar and vendor errors instead of hand-copied text; 5: digits split;
 # 6: JSON string values split off their keys; 7: digits split into pairs; 8: every digit pair a token).
 TINY_BUILD_VERSION = 8
+# Bump to retrain the committed CPU tokenizers from today's corpus (`python -m cells.modeling.tiny --write`).
+TOKENIZER_VERSION = 1
+TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizers"
 # Digits become pre-tokens of at most two: a month, a day, a two-digit hour each one token. See `train_tokenizer`.
 DIGIT_PAIRS = r"\d{1,2}"
 # All 100 pairs, each seen this often on top of the corpus, so each is merged into one token (see `train_tokenizer`).
@@ -157,7 +167,6 @@ def _transcripts() -> tuple[str, ...]:
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     """Train a byte-level BPE and wrap it as a Gemma-style `PreTrainedTokenizerFast`."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE(unk_token=None))
     # use_regex=False: no GPT-2 word/punctuation pre-split, so BPE can merge the corpus's recurring JSON
@@ -197,12 +206,52 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     if unmerged:
         raise TokenizerBuildError(f"the tokenizer left digit pairs {unmerged} unmerged at vocab {vocab_size}; "
                                   "raise DIGIT_PAIR_REPEATS or the vocab size")
+    return wrap_tokenizer(core)
+
+
+def wrap_tokenizer(core: Any) -> Any:
+    """A `tokenizers.Tokenizer` as the Gemma-style `PreTrainedTokenizerFast` the pipeline uses (special tokens,
+    left padding, the chat template)."""
+    from transformers import PreTrainedTokenizerFast
+
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         additional_special_tokens=[START_OF_TURN, END_OF_TURN], padding_side="left",
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+def tokenizer_file(vocab_size: int, version: int = TOKENIZER_VERSION) -> Path:
+    """Where the committed tokenizer of `vocab_size` tokens, version `version`, lives."""
+    return TOKENIZER_DIR / f"tiny-v{version}-{vocab_size}.json"
+
+
+def versioned_tokenizer(vocab_size: int) -> Any | None:
+    """The committed tokenizer for `vocab_size` at `TOKENIZER_VERSION`, or None when there is none."""
+    path = tokenizer_file(vocab_size)
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return wrap_tokenizer(Tokenizer.from_file(str(path)))
+
+
+def write_versioned_tokenizers(vocab_sizes: Iterable[int], texts: tuple[str, ...] | None = None) -> list[Path]:
+    """Train one tokenizer per vocabulary size from `texts` (default: today's corpus) and save them as version
+    `TOKENIZER_VERSION`; refuses to overwrite an existing file (bump the version instead)."""
+    texts = corpus_texts() if texts is None else texts
+    written = []
+    for vocab_size in sorted(set(vocab_sizes)):
+        path = tokenizer_file(vocab_size)
+        if path.exists():
+            raise TokenizerBuildError(f"{path} exists: a written version never changes; bump TOKENIZER_VERSION "
+                                      f"(now {TOKENIZER_VERSION}) to retrain")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(train_tokenizer(texts, vocab_size).backend_tokenizer.to_str(pretty=False) + "\n",
+                        encoding="utf-8")
+        written.append(path)
+    return written
 
 
 def tiny_config(recipe: TinyModelRecipe, tokenizer: Any) -> Any:
@@ -231,26 +280,32 @@ def tiny_config(recipe: TinyModelRecipe, tokenizer: Any) -> Any:
     )
 
 
-def tiny_digest(recipe: TinyModelRecipe, texts: tuple[str, ...], seed: int) -> str:
-    """Cache key over everything that determines the built artefacts."""
-    parts = (TINY_BUILD_VERSION, recipe.__dict__, seed, CHAT_TEMPLATE, texts)
+def tiny_digest(recipe: TinyModelRecipe, tokenizer_source: str | tuple[str, ...], seed: int) -> str:
+    """Cache key over everything that determines the built artefacts (`tokenizer_source`: the versioned file's
+    text, or the corpus the tokenizer is trained from)."""
+    parts = (TINY_BUILD_VERSION, recipe.__dict__, seed, CHAT_TEMPLATE, tokenizer_source)
     return stable_digest(*parts, size=8).hex()
 
 
 def build_or_load_tiny(
     recipe: TinyModelRecipe, cache_root: Path, seed: int, texts: tuple[str, ...] | None = None
 ) -> tuple[Any, Any, Path]:
-    """Return `(base_model, tokenizer, cache_dir)`, building and caching them on first use."""
+    """Return `(base_model, tokenizer, cache_dir)`, building and caching them on first use. The tokenizer is the
+    committed version for the recipe's vocabulary; `texts` (or a vocabulary without one) trains it instead."""
     import torch
     from transformers import Gemma3ForCausalLM, PreTrainedTokenizerFast
 
-    texts = corpus_texts() if texts is None else texts
-    cache_dir = Path(cache_root) / tiny_digest(recipe, texts, seed)
+    versioned = tokenizer_file(recipe.vocab_size)
+    if texts is None and versioned.is_file():
+        source: str | tuple[str, ...] = versioned.read_text(encoding="utf-8")
+    else:
+        source = texts = corpus_texts() if texts is None else texts
+    cache_dir = Path(cache_root) / tiny_digest(recipe, source, seed)
     if (cache_dir / "model" / "config.json").is_file() and (cache_dir / "tokenizer").is_dir():
         tok = PreTrainedTokenizerFast.from_pretrained(cache_dir / "tokenizer")
         model = Gemma3ForCausalLM.from_pretrained(cache_dir / "model", dtype=torch.float32)
         return model, tok, cache_dir
-    tok = train_tokenizer(texts, recipe.vocab_size)
+    tok = train_tokenizer(texts, recipe.vocab_size) if texts is not None else versioned_tokenizer(recipe.vocab_size)
     with torch.random.fork_rng(devices=[]):  # deterministic init without touching the global RNG
         torch.manual_seed(seed)
         model = Gemma3ForCausalLM(tiny_config(recipe, tok))
@@ -265,3 +320,26 @@ def build_or_load_tiny(
     else:
         tmp.rename(cache_dir)
     return model, tok, cache_dir
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """`python -m cells.modeling.tiny --write`: train and save this version's tokenizer for every preset's
+    vocabulary (after bumping `TOKENIZER_VERSION`)."""
+    import argparse
+
+    from cells.step_02_profiles import PROFILES
+
+    parser = argparse.ArgumentParser(prog="python -m cells.modeling.tiny", description=_main.__doc__)
+    parser.add_argument("--write", action="store_true", help="train and write the missing versioned tokenizers")
+    args = parser.parse_args(argv)
+    sizes = sorted({p.tiny.vocab_size for p in PROFILES.values() if p.tiny is not None})
+    missing = [v for v in sizes if not tokenizer_file(v).is_file()]
+    print(f"tokenizer version {TOKENIZER_VERSION}; preset vocabularies {sizes}; missing {missing}")
+    if args.write and missing:
+        for path in write_versioned_tokenizers(missing):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
