@@ -24,7 +24,8 @@ What TRL's parser does differently from the env's (`parse_action`), named by tes
 - a `rationale` key is dropped (it is never scored);
 - string arguments are cast to the documented type (`"rooms": "2"` reaches the vendor as 2; the env's parser
   would send the string and the vendor would refuse it with INVALID_FIELD_TYPE);
-- a turn with two action objects is two tool calls (the env refuses it as one invalid turn);
+- a turn with two action objects calls the last one (the env refuses it as one invalid turn);
+- a call cut off by the token budget is made with the arguments it got that far (the env: a parse failure);
 - a turn that is not an action ends the rollout (the env would count a parse failure and go on).
 """
 
