@@ -31,6 +31,7 @@ What TRL's parser does differently from the env's (`parse_action`), named by tes
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from cells.modeling.tiny import END_OF_TURN, START_OF_TURN
@@ -117,7 +118,7 @@ def tiny_tool_model(profile: str = "cpu-smoke", cache_dir: str = "runs/tiny_mode
     chosen = get_profile(profile)
     if chosen.tiny is None:
         raise ValueError(f"profile {profile!r} has no tiny model recipe; use cpu-smoke or cpu-learn")
-    model, tokenizer, _ = build_or_load_tiny(chosen.tiny, cache_dir, chosen.seed)
+    model, tokenizer, _ = build_or_load_tiny(chosen.tiny, Path(cache_dir), chosen.seed)
     if model_dir is not None:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer.padding_side = "left"
