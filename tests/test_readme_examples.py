@@ -26,6 +26,7 @@ trainer.train()
 '''
 
 OPENENV_EXAMPLE = '''\
+import os
 from cells.server.client import RemoteDriftCallEnv  # OpenEnv's EnvClient, one server session
 
 with RemoteDriftCallEnv(os.environ["DRIFTCALL_URL"], token=os.environ["DRIFTCALL_TOKEN"]) as env:
