@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cells.modeling.tiny import END_OF_TURN, START_OF_TURN
+from cells.modeling.tiny import END_OF_TURN, START_OF_TURN, TURNS_OPENING
 from cells.step_04_datatypes import ActionType
 
 # Actions besides tool calls that keep the conversation going: parsed as tool calls of the same name.
@@ -44,13 +44,8 @@ CONVERSATION_TOOLS: tuple[str, ...] = (ActionType.SPEAK.value, ActionType.CLARIF
 _NAMED_ACTIONS = [a.value for a in ActionType if a is not ActionType.TOOL_CALL]
 
 TOOL_CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- if messages and messages[0]['role'] == 'system' -%}"
-    "{%- set first_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
-    "{%- else -%}{%- set first_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
-    "{%- for message in loop_messages -%}"
-    "{%- set role = 'model' if message['role'] in ['assistant', 'model'] else 'user' -%}"
-    "{{ ('' if loop.first else '\n') + '" + START_OF_TURN + "' + role + '\n' + (first_prefix if loop.first else '') }}"
+    TURNS_OPENING
+    + "{{ ('' if loop.first else '\n') + '" + START_OF_TURN + "' + role + '\n' + (first_prefix if loop.first else '') }}"
     "{%- if message['content'] is string -%}{{ message['content'] }}{%- endif -%}"
     "{%- for call in message.get('tool_calls') or [] -%}"
     "{%- set fn = call['function'] if 'function' in call else call -%}"
