@@ -34,6 +34,6 @@ def test_the_bench_runs_on_a_saved_model(tmp_path, monkeypatch, capsys):
     assert main(["--run-dir", str(tmp_path), "--profile", "cpu-smoke", "--steps", "1", "--speed-steps", "1",
                  "--eval-per-cell", "1"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("profile cpu-smoke") and "stock TRL GRPOTrainer + factory" in printed[3]
+    assert printed[0].startswith("profile cpu-smoke") and "stock TRL GRPOTrainer + factory" in printed[4]
     assert any(line.startswith("  warm start") and "15 episodes" in line for line in printed)
     assert printed[-1].startswith("  after - before (paired, 95% CI)")

@@ -110,6 +110,20 @@ def _success_line(label: str, records: list[Any]) -> str:
     return f"{label:<34}{overall:>6.1f}%   (by stage {', '.join(by_stage)}; {len(records)} episodes)"
 
 
+def warm_start_line(run_dir: Path) -> str:
+    """What the run's warm start was: its data and steps (`warm_start.json`) and the knobs the run changed."""
+    import json
+
+    summary, profile = run_dir / "training" / "warm_start" / "warm_start.json", run_dir / "profile.json"
+    if not summary.is_file():
+        return "warm start: no warm_start.json in the run"
+    training = json.loads(summary.read_text(encoding="utf-8"))["training"]
+    knobs = json.loads(profile.read_text(encoding="utf-8")).get("knobs_set", []) if profile.is_file() else []
+    changed = f"; the run changed {', '.join(knobs)}" if knobs else ""
+    return (f"warm start: {training['examples']:,} examples, {training['steps']:,} SFT steps in "
+            f"{training['seconds'] / 60:.1f} min{changed}")
+
+
 def run_bench(run_dir: Path, profile_name: str, steps: int, speed_steps: int, per_cell: int) -> list[str]:
     from cells.evaluation.runner import eval_plan
     from cells.evaluation.stats import paired_difference
@@ -126,11 +140,12 @@ def run_bench(run_dir: Path, profile_name: str, steps: int, speed_steps: int, pe
     own_tokenizer = copy.deepcopy(tool_tokenizer)
     own_tokenizer.chat_template = CHAT_TEMPLATE  # DriftCall's rollouts (and the warm start's SFT) render with it
     lines = [f"profile {profile_name}, warm start {model_dir}: G={profile.num_generations}, "
-             f"{profile.prompts_per_step * profile.num_generations} episodes per step, LoRA r={profile.lora_r}"]
+             f"{profile.prompts_per_step * profile.num_generations} episodes per step, LoRA r={profile.lora_r}",
+             warm_start_line(run_dir)]
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
         ours_s = time_ours(model_dir, own_tokenizer, profile, speed_steps, Path(tmp) / "ours")
         stock_s = time_stock(model_dir, tool_tokenizer, profile, speed_steps, Path(tmp) / "stock_speed")
-        lines += [f"GRPO seconds per step, stage 1 ({speed_steps} steps each):",
+        lines += [f"GRPO seconds per step, stage 1 ({speed_steps} steps each, the first included):",
                   f"  DriftCall's trainer:              {ours_s:>6.1f}",
                   f"  stock TRL GRPOTrainer + factory:  {stock_s:>6.1f}   (x{stock_s / ours_s:.2f} ours; goal <= 1.5)"]
         cases = eval_plan(per_cell)
