@@ -228,8 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--send-timeout", type=float, default=30.0,
                          help="seconds a client may leave a reply unread before its session is reset and freed")
     p_serve.add_argument("--insecure-local", action="store_true", help="no agent token; loopback hosts only")
-    p_serve.add_argument("--env-workers", type=_non_negative, default=0,
-                         help="run the sessions' envs in N worker processes (0: on the event loop; see README)")
+    p_serve.add_argument("--env-workers", type=_non_negative, default=None,
+                         help="run the sessions' envs in N worker processes (0: on the event loop); default 1 on a "
+                              "host with 2+ CPU cores, 0 on one (docs/serving.md)")
     p_serve.set_defaults(func=_cmd_serve)
     return parser
 

@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("rewards", r"cells\.(step_08_\w+|rewards)(\..+)?"),
     ("env", r"cells\.(step_09_\w+|step_10_\w+|actions|openenv_env|server)(\..+)?"),
     ("agent", r"cells\.(step_11_\w+|agent)(\..+)?"),
-    ("modeling", r"cells\.modeling(\..+)?"),
+    ("modeling", r"cells\.(modeling|trl_env)(\..+)?"),
     ("modeling steps", r"cells\.step_1[2-4]_\w+(\..+)?"),
     ("evaluation", r"cells\.evaluation(?!\.(results|diagnose)\b)(\..+)?"),
     ("training", r"cells\.training(\..+)?"),

@@ -8,6 +8,7 @@
     python -m cells bench copy --profile cpu-learn   what copy pretraining teaches the tiny model to copy
     python -m cells bench scale --processes 2        GRPO s/step of 1 process against N, same global batch
     python -m cells bench voice                      the voice boundary's round trip per language
+    python -m cells bench trl --run-dir runs/cpu-learn  stock TRL + DriftCallToolEnv: s/step vs ours, learning
 
 Each bench lives in its own module here, imported only when asked for. `control.py` is here too, though it is
 `python -m cells control` (the SFT-only control for a finished run's GRPO): it trains and evaluates, so it
@@ -27,6 +28,7 @@ _MODULE_BENCHES = {
     "voice": "cells.bench.voice",  # the voice boundary's round trip: CER and slot survival per language
     "copy": "cells.bench.copy",  # what copy pretraining teaches the tiny model to copy, per kind of string
     "scale": "cells.bench.scale",  # GRPO s/step of 1 process against N, same global batch
+    "trl": "cells.bench.stock_trl",  # TRL's stock GRPOTrainer on DriftCallToolEnv: s/step vs ours, held-out gain
 }
 # Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
 BENCHES = ("env", "policies", *_MODULE_BENCHES)

@@ -26,7 +26,9 @@ Time on 2 CPU cores: ~3-6 min for cpu-learn with the defaults (`--sft-steps`, `-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -251,7 +253,8 @@ def main(argv: list[str]) -> int:
                         help="a saved full model to time GRPO on, e.g. runs/cpu-learn/training/warm_start/model "
                              "(default: the model the SFT timing trained)")
     args = parser.parse_args(argv)
-    bench = run_bench(args.profile, args.sft_episodes, args.sft_steps, args.grpo_steps, args.model_dir)
+    with contextlib.redirect_stdout(sys.stderr):  # the trainers' log lines: progress, not the bench's result
+        bench = run_bench(args.profile, args.sft_episodes, args.sft_steps, args.grpo_steps, args.model_dir)
     for line in bench.lines():
         print(line)
     return 0

@@ -62,14 +62,18 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, EOS, BOS, UNK, START_OF_TURN, END_OF_TUR
 
 # Gemma-style template: the system message is folded into the first user turn; roles user/model.
 # Content is not trimmed, so a rendered assistant turn holds exactly the text the model produced.
-CHAT_TEMPLATE = (
+# The opening, up to each message's role, is shared with the tool-calling variant (cells/trl_env/chat_template.py).
+TURNS_OPENING = (
     "{{ bos_token }}"
     "{%- if messages and messages[0]['role'] == 'system' -%}"
     "{%- set first_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
     "{%- else -%}{%- set first_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
     "{%- for message in loop_messages -%}"
     "{%- set role = 'model' if message['role'] in ['assistant', 'model'] else 'user' -%}"
-    "{{ '<start_of_turn>' + role + '\n' + (first_prefix if loop.first else '') + message['content']"
+)
+CHAT_TEMPLATE = (
+    TURNS_OPENING
+    + "{{ '<start_of_turn>' + role + '\n' + (first_prefix if loop.first else '') + message['content']"
     " + '<end_of_turn>\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
