@@ -152,6 +152,24 @@ class Profile:
     grpo_success_advantage: float = knob(
         0.0, scope="grpo", help="added to the advantage of every episode that succeeded (r_task), after scaling: a "
                                 "RAFT-like pull towards the policy's own successes inside GRPO's loss (0: off)")
+    # Reinforce-Rej (arXiv 2504.11343): GRPO's edge over rejection sampling comes from dropping the groups whose
+    # samples all succeed or all fail; they cost a backward pass and rank failures by penalties, not by success.
+    grpo_keep: str = knob(
+        "all", scope="grpo", choices=("all", "success_contrast"),
+        help="which groups reach the update: `all`; `success_contrast`, only groups with a success and a failure "
+             "(r_task), the others dropped before the log-prob passes and the backward pass")
+    # GiGPO (arXiv 2505.10978): a seeded group repeats environment states exactly, so a step's credit can be
+    # measured among the episodes that stood in the same state, where one reward per episode spreads it over
+    # every turn.
+    grpo_step_advantage: float = knob(
+        0.0, scope="grpo", help="weight of the step-level advantage added to each turn's tokens: episodes of a group "
+                                "with the same tokens before the turn are compared by reward (0: off)")
+    grpo_reference: bool = knob(
+        True, scope="grpo", help="a KL term to the warm-started reference (beta from step 13, retargeted when "
+                                 "`adaptive_kl`); False: beta 0, no reference forward pass and no adaptive KL")
+    grpo_clip_high: float = knob(
+        0.2, scope="grpo", help="the upper clip of the policy ratio (TRL's `epsilon_high`; DAPO's clip-higher "
+                                "raises it above the lower 0.2 so rare good tokens can grow faster)")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -268,9 +286,9 @@ class Profile:
         if len(self.turn_budgets) != 3 or min(self.turn_budgets) < MIN_TURN_BUDGET:
             raise ProfileError(f"profile {self.name!r}: turn_budgets needs one budget per stage (3), each >= "
                                f"{MIN_TURN_BUDGET} (token, search, book, submit), got {self.turn_budgets}")
-        if self.grpo_success_advantage < 0:
-            raise ProfileError(f"profile {self.name!r}: grpo_success_advantage must be >= 0, got "
-                               f"{self.grpo_success_advantage}")
+        for name in ("grpo_success_advantage", "grpo_step_advantage", "grpo_clip_high"):
+            if getattr(self, name) < 0:
+                raise ProfileError(f"profile {self.name!r}: {name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")
