@@ -892,6 +892,6 @@ def test_the_group_trace_says_which_patterns_gave_successes_and_what_credit_they
     records = read_group_trace(tmp_path)
     assert len(records) == 1 and records[0]["successes"] == tasks and records[0]["step"] == 0
     report = group_trace_report(records)
-    (pattern, row), = report.items()
+    (_, row), = report.items()
     assert row["groups"] == 1.0 and row["any_success"] == 1.0 and row["success_contrast"] == 1.0
     assert row["success_rate"] == 0.25 and row["advantage_of_successes"] > 0 > row["advantage_of_failures"]
