@@ -14,9 +14,8 @@ is the warm start's and its compute is GRPO's. It then evaluates on exactly the 
 - `eval_paired_control.json`: control − warm start (what the extra SFT minutes bought);
 - `eval_paired_grpo_vs_control.json`: trained (GRPO) − control (GRPO against the same minutes of SFT).
 
-The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` of the profile's SFT learning
-rate (the warm start's schedule already decayed to ~0; restarting at the full peak would first undo part of
-it). Only CPU full warm-start profiles have a saved full model to continue from. Its time is the GRPO time
+The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` (`training.warm_start`'s
+`CONTINUED_SFT_LR_SHARE`) of the profile's SFT learning rate. Only CPU full warm-start profiles have a saved full model to continue from. Its time is the GRPO time
 plus one evaluation (~15 min for cpu-learn); it reports, whichever way the comparison comes out.
 
 `python -m cells control --raft` runs control (b) instead, rejection-sampling SFT on the model's own successes
@@ -31,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from cells.errors import DriftCallError
+from cells.training.warm_start import CONTINUED_SFT_LR_SHARE as CONTROL_LR_SHARE
 
-CONTROL_LR_SHARE = 0.3
 CONTROL_SEED_BLOCK = 3  # SFT seed blocks 0-2 (stride `SFT_STAGE_SEED_STRIDE`) are the warm start's stages 1-3
 
 

@@ -219,6 +219,14 @@ class Profile:
                                               "rate; 0 skips it")
     warm_start_checkpoints: int = knob(0, help="held-out greedy plays (warm_start_eval_per_cell) at evenly spaced "
                                                "SFT steps")
+    # A warm start that comes out weak leaves GRPO little to reinforce (`cells/training/warm_start_gate.py`).
+    sft_extend_rounds: int = knob(
+        0, at_most=4, help="the warm start's development gate: after the planned SFT, up to this many more rounds "
+                           "of SFT while greedy success on `warm_start_dev_cases` development cases is below "
+                           "`sft_extend_target` and still rising (0: off)")
+    sft_extend_share: float = knob(0.25, help="each gate round's fresh conversations, as a share of sft_episodes")
+    sft_extend_target: float = knob(0.8, help="development success at which the gate stops extending SFT")
+    warm_start_dev_cases: int = knob(60, help="development cases (probe range) the gate plays after each round")
     # --- evaluation (steps 18-20) ---
     eval_episodes_per_cell: int = knob(1, scope="evaluation", help="held-out seeds per (stage, language), the same "
                                                                    "for every evaluated model")
@@ -286,7 +294,11 @@ class Profile:
         if len(self.turn_budgets) != 3 or min(self.turn_budgets) < MIN_TURN_BUDGET:
             raise ProfileError(f"profile {self.name!r}: turn_budgets needs one budget per stage (3), each >= "
                                f"{MIN_TURN_BUDGET} (token, search, book, submit), got {self.turn_budgets}")
-        for name in ("grpo_success_advantage", "grpo_step_advantage", "grpo_clip_high"):
+        if self.sft_extend_rounds and (not self.warm_start_full or self.warm_start_dev_cases < 1):
+            raise ProfileError(f"profile {self.name!r}: sft_extend_rounds needs warm_start_full (a saved full warm "
+                               f"start to continue) and warm_start_dev_cases >= 1, got {self.warm_start_full} and "
+                               f"{self.warm_start_dev_cases}")
+        for name in ("grpo_success_advantage", "grpo_step_advantage", "grpo_clip_high", "sft_extend_share"):
             if getattr(self, name) < 0:
                 raise ProfileError(f"profile {self.name!r}: {name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:

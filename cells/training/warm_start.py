@@ -31,6 +31,11 @@ from typing import Any
 
 from cells.training.sft_data import IGNORE_INDEX, RightPadCollator, WarmStartError, tokenize_all
 
+# SFT continued from a finished cosine warm start (the SFT-only control, the development gate's rounds) restarts
+# its own cosine schedule at this share of the profile's SFT learning rate: the warm start's schedule decayed to ~0,
+# and restarting at the full peak would first undo part of what it learned.
+CONTINUED_SFT_LR_SHARE = 0.3
+
 
 @dataclass(frozen=True)
 class WarmStartResult:
