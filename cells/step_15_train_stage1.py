@@ -158,7 +158,8 @@ def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
         callbacks=[checkpoints.callback()] if p.warm_start_checkpoints > 0 else (),
     )
     ctx.trainer_state["warm_start_checkpoints"] = checkpoints.rows
-    result = dataclasses.replace(result, seconds=result.seconds - checkpoints.eval_seconds)  # training time only
+    result = dataclasses.replace(result, seconds=result.seconds - checkpoints.eval_seconds,  # training time only
+                                 cpu_seconds=result.cpu_seconds - checkpoints.eval_cpu_seconds)
     print(f"[warm start] {result.tokens:,} tokens ({result.trained_tokens:,} trained) in {result.seconds:.0f}s: "
           f"{result.tokens_per_s:,.0f} training tokens/s")
     return result
@@ -176,12 +177,13 @@ class HeldOutCheckpoints:
         self.at = {round(total_steps * i / (k + 1)) for i in range(1, k + 1)} - {0, total_steps}
         self.rows: list[dict[str, Any]] = []
         self.eval_seconds = 0.0  # spent inside trainer.train() on these plays, not on training
+        self.eval_cpu_seconds = 0.0  # the same in this process's CPU time
 
     def evaluate(self, model: Any, step: int, seconds: float) -> None:
         """Play the held-out cases at SFT `step`, `seconds` of training (checkpoint plays excluded) in."""
         import time
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         was_training = model.training
         model.eval()
         summary = play_held_out(self.ctx, model, max(1, self.ctx.profile.warm_start_eval_per_cell))
@@ -189,6 +191,7 @@ class HeldOutCheckpoints:
         self.rows.append({"step": step, "seconds": round(seconds, 1), **summary.to_dict()})
         print(f"[warm start] step {step} ({seconds / 60:.1f} min of SFT): {summary.line()}")
         self.eval_seconds += time.perf_counter() - t0
+        self.eval_cpu_seconds += time.process_time() - c0
 
     def callback(self) -> Any:
         import time

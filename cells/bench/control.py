@@ -3,8 +3,9 @@
 The question it answers: were GRPO's minutes better spent than the same minutes of more supervised
 warm start? It reloads the run's warm-started model (`training/warm_start/model`), trains it further
 with the same `sft_warm_start` on *fresh* expert conversations (a seed block the warm start never used)
-for as many training tokens as the warm start's own measured tokens/s would process in the time the run's
-GRPO stages took (the sum of their per-step `step_time` in `training/metrics.csv`). Its data follow the warm
+for as many training tokens as the warm start's own measured throughput would process in the compute the run's
+GRPO stages took: their per-step CPU time (`step_cpu` in `training/metrics.csv`; CPU time, not wall time, so
+other work sharing the cores changes neither side), or their wall time (`step_time`) for older runs. Its data follow the warm
 start's recipe (stages, languages, turn budgets, both kinds of drills: `step_15.sft_plan_item`) on seed blocks the
 warm start never used, cut to that token budget (`take_token_budget`), so the control's length per example
 is the warm start's and its compute is GRPO's. It then evaluates on exactly the run's evaluation spec
@@ -40,13 +41,16 @@ class ControlError(DriftCallError, RuntimeError):
     `WarmStartError`)."""
 
 
-def grpo_seconds(metrics_csv: Path) -> float:
-    """Seconds the run's GRPO optimiser steps took (sum of `step_time`, rollouts included)."""
-    from cells.training.metrics import read_metrics_csv
+def grpo_seconds(metrics_csv: Path) -> tuple[float, str]:
+    """The compute the run's GRPO optimiser steps took, rollouts included, and its measure: CPU seconds ("cpu"),
+    or wall seconds ("wall") for a run logged before steps recorded their CPU time
+    (`training.metrics.grpo_compute_seconds`)."""
+    from cells.training.metrics import grpo_compute_seconds
 
     if not metrics_csv.is_file():
         raise ControlError(f"{metrics_csv} is missing: the run has no GRPO steps to match")
-    return sum(float((row.get("extra") or {}).get("step_time") or 0.0) for row in read_metrics_csv(metrics_csv))
+    per_stage, measure = grpo_compute_seconds(metrics_csv)
+    return sum(per_stage.values()), measure
 
 
 def control_plan(profile: Any, n: int) -> list[Any]:
@@ -71,8 +75,11 @@ def examples_per_conversation(profile: Any) -> float:
     return sum(item.examples for item in plan) / sum(item.count for item in plan)
 
 
-def control_token_budget(grpo_s: float, warm: dict[str, Any]) -> int:
-    """Training tokens the warm start's measured throughput processes in `grpo_s` seconds."""
+def control_token_budget(grpo_s: float, warm: dict[str, Any], measure: str = "wall") -> int:
+    """Training tokens the warm start's measured throughput processes in `grpo_s` seconds of `measure` (its tokens
+    per CPU second for "cpu", when the warm start recorded them; else per wall second)."""
+    if measure == "cpu" and float(warm.get("tokens_per_cpu_s") or 0.0) > 0:
+        return int(grpo_s * float(warm["tokens_per_cpu_s"]))
     return int(grpo_s * float(warm["tokens_per_s"]))
 
 
@@ -112,21 +119,21 @@ def run_control(run_dir: Path) -> dict[str, Any]:
         if not (run_dir / name).is_file():
             raise ControlError(f"{run_dir / name} is missing: run steps 18-19 first")
     warm = json.loads(summary.read_text(encoding="utf-8"))["training"]
-    seconds = grpo_seconds(run_dir / "training" / "metrics.csv")
-    budget = control_token_budget(seconds, warm)
+    seconds, measure = grpo_seconds(run_dir / "training" / "metrics.csv")
+    budget = control_token_budget(seconds, warm, measure)
     n = conversations_for_budget(budget, warm, profile.sft_epochs, profile.sft_batch_size,
                                  examples_per_conversation(profile))
     dataset = take_token_budget(tokenize_all(tokenizer, control_conversations(profile, n), progress=True), budget,
                                 profile.sft_batch_size)
-    print(f"[control] GRPO took {seconds / 60:.1f} min = {budget:,} tokens at the warm start's "
-          f"{warm['tokens_per_s']:,.0f} tokens/s: continuing the warm start on {len(dataset):,} fresh examples")
+    print(f"[control] GRPO took {seconds / 60:.1f} min of {measure} time = {budget:,} tokens at the warm start's "
+          f"throughput: continuing the warm start on {len(dataset):,} fresh examples")
     result = sft_warm_start(model, tokenizer, dataset, run_dir / "training" / "sft_control",
                             learning_rate=CONTROL_LR_SHARE * profile.sft_learning_rate,
                             batch_size=profile.sft_batch_size, seed=profile.seed, lr_scheduler_type="cosine",
                             warmup_ratio=profile.sft_warmup_ratio)
     print(f"[control] {result.tokens:,} tokens in {result.seconds / 60:.1f} min ({result.tokens_per_s:,.0f}/s)")
 
-    record = {"grpo_seconds": seconds, "token_budget": budget, **result.to_dict()}
+    record = {"grpo_seconds": seconds, "grpo_measure": measure, "token_budget": budget, **result.to_dict()}
     return evaluate_and_pair(run_dir, profile, model, tokenizer, "sft_control", "control", record)
 
 

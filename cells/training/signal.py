@@ -21,7 +21,7 @@ NO_DRIFT = "no_drift"  # the label of a group whose episode schedules no drift
 GROUP_TRACE = "groups.jsonl"  # in a stage's directory: one line per GRPO group played (`group_trace_report`)
 # Step means folded into a stage's `where` (where its gradient and seconds went), by the names the trainer logs.
 WHERE_KEYS: tuple[str, ...] = ("groups/contrast_frac", "episodes/contrast_frac", "tokens/contrast_frac",
-                               "tokens/updated_frac", "time/rollout_s", "time/logps_s", "time/step_s")
+                               "tokens/updated_frac", "time/rollout_s", "time/logps_s", "step_time", "step_cpu")
 
 
 def pattern_set_labels(profile: Any) -> Any:
