@@ -173,6 +173,7 @@ class DriftCallGRPOTrainer(GRPOTrainer):
                                   sum(final_zero) / len(final_zero), sum(tokens), seconds + more_seconds,
                                   decode_steps)
         metrics.update(contrast_metrics(row_groups, contrast, tokens, rows))
+        metrics["episodes/played"] = float(all_rewards.numel() + replaced * g)  # every process's, replays included
         metrics["time/rollout_s"] = seconds + more_seconds
         metrics["time/logps_s"] = logp_seconds
         if self.group_trace and mode == "train":

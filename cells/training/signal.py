@@ -21,7 +21,8 @@ NO_DRIFT = "no_drift"  # the label of a group whose episode schedules no drift
 GROUP_TRACE = "groups.jsonl"  # in a stage's directory: one line per GRPO group played (`group_trace_report`)
 # Step means folded into a stage's `where` (where its gradient and seconds went), by the names the trainer logs.
 WHERE_KEYS: tuple[str, ...] = ("groups/contrast_frac", "episodes/contrast_frac", "tokens/contrast_frac",
-                               "tokens/updated_frac", "time/rollout_s", "time/logps_s", "step_time", "step_cpu")
+                               "tokens/updated_frac", "time/rollout_s", "time/logps_s", "step_time", "step_cpu",
+                               "episodes/played")
 
 
 def pattern_set_labels(profile: Any) -> Any:
@@ -180,3 +181,94 @@ class SignalReport:
             self.sink[f"stage{self.stage}_signal"] = signal
             print(signal.line())
         return control
+
+
+# --- a finished run: where GRPO's gradient and seconds went (`python -m cells diagnose --signal`) ------------------
+
+
+def _stage_rows(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """metrics.csv's rows by stage, each a flat dict (its `extra` merged in)."""
+    from cells.training.metrics import read_metrics_csv
+
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in read_metrics_csv(run_dir / "training" / "metrics.csv"):
+        out.setdefault(int(row["stage"]), []).append({**{k: v for k, v in row.items() if k != "extra"},
+                                                      **(row.get("extra") or {})})
+    return out
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def stage_table(run_dir: Path) -> str:
+    """Per GRPO stage: steps, episodes played, the share of groups (and of their episodes and model tokens) with a
+    success contrast, the share of model tokens the update saw, and seconds per episode in the rollout, the
+    log-prob passes (old policy, reference) and the update (the step's wall time less the other two)."""
+    rows = ["| stage | steps | episodes | groups with a success contrast | their episodes | their model tokens | "
+            "model tokens updated | s/episode: rollout | log-probs | update |", "|" + "---|" * 10]
+    for stage, steps in sorted(_stage_rows(run_dir).items()):
+        played = sum(float(r.get("episodes/played") or 0.0) for r in steps)
+        per = played / len(steps) if played else float("nan")
+        rollout, logps, step = _mean(steps, "time/rollout_s"), _mean(steps, "time/logps_s"), _mean(steps, "step_time")
+        rows.append(f"| {stage} | {len(steps)} | {played:,.0f} | {100 * _mean(steps, 'groups/contrast_frac'):.0f}% | "
+                    f"{100 * _mean(steps, 'episodes/contrast_frac'):.0f}% | "
+                    f"{100 * _mean(steps, 'tokens/contrast_frac'):.0f}% | "
+                    f"{100 * _mean(steps, 'tokens/updated_frac'):.0f}% | {rollout / per:.2f} | {logps / per:.2f} | "
+                    f"{(step - rollout - logps) / per:.2f} |")
+    return "\n".join(rows)
+
+
+def raft_line(run_dir: Path) -> str | None:
+    """RAFT's seconds per episode (sampling, training) when its control ran in `run_dir`."""
+    path = run_dir / "eval_raft_control.json"
+    if not path.is_file():
+        return None
+    tally = json.loads(path.read_text(encoding="utf-8")).get("control", {})
+    episodes = float(tally.get("episodes") or 0.0)
+    if not episodes:
+        return None
+    return (f"RAFT in the same compute: {episodes:,.0f} episodes, {tally.get('kept', 0):,} kept; seconds per episode "
+            f"(on its {tally.get('grpo_measure', 'wall')} clock): sampling "
+            f"{float(tally.get('sample_seconds', 0.0)) / episodes:.2f}, training "
+            f"{float(tally.get('train_seconds', 0.0)) / episodes:.2f}.")
+
+
+def pattern_table(run_dir: Path, split_name: str | None) -> str | None:
+    """Per drift pattern over the drifted stages' traced groups (`group_trace_report`), with its set in the run's
+    split; None when no stage traced its groups."""
+    records = [r for stage in (2, 3) for r in read_group_trace(run_dir / "training" / f"stage{stage}")]
+    if not records:
+        return None
+    sets: dict[str, str] = {}
+    if split_name:
+        from cells.step_06_drift import drift_split
+
+        split = drift_split(split_name)
+        sets = {p: split.set_of(p) for p in {p for r in records for p in r["patterns"]}}
+    rows = ["| pattern | set | groups | with a success | with a contrast | success rate | advantage of a success | "
+            "of a failure |", "|" + "---|" * 8]
+    for pattern, row in group_trace_report(records).items():
+        rows.append(f"| `{pattern}` | {sets.get(pattern, '')} | {row['groups']:.0f} | {100 * row['any_success']:.0f}% "
+                    f"| {100 * row['success_contrast']:.0f}% | {100 * row['success_rate']:.0f}% | "
+                    f"{_signed(row['advantage_of_successes'])} | {_signed(row['advantage_of_failures'])} |")
+    return "\n".join(rows)
+
+
+def _signed(value: float) -> str:
+    """`+0.70`, or `—` for a mean over nothing (a pattern whose groups sampled no success)."""
+    return "—" if value != value else f"{value:+.2f}"
+
+
+def signal_markdown(run_dir: str | Path) -> str:
+    """Where a finished run's GRPO gradient and seconds went: the stage table, RAFT's line, the pattern table."""
+    from cells.step_02_profiles import load_run_profile
+
+    run_dir = Path(run_dir)
+    profile = load_run_profile(run_dir)
+    parts = [stage_table(run_dir)]
+    for extra in (raft_line(run_dir), pattern_table(run_dir, profile.drift_split)):
+        if extra:
+            parts += ["", extra]
+    return "\n".join(parts) + "\n"
