@@ -82,7 +82,8 @@ def build_grpo_config(
         "max_completion_length": profile.max_episode_tokens,
         "temperature": profile.temperature,
         "top_p": profile.top_p,
-        "beta": BETA_KL,
+        "beta": BETA_KL if profile.grpo_reference else 0.0,  # 0: TRL skips the reference model's pass
+        "epsilon_high": profile.grpo_clip_high,
         "scale_rewards": profile.grpo_scale_rewards,
         "max_steps": max(1, profile.steps_per_stage[stage - 1]),
         "logging_steps": 1,

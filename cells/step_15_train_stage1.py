@@ -63,12 +63,13 @@ STAGE = 1
 SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.seed + (s-1) * stride
 
 
-def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
+def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int = 0) -> Any:
     """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
     budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
     `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
     and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
-    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) later blocks, same recipe."""
+    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) and the warm start's
+    development gate (`cells.training.warm_start_gate`, at `offset` seeds into its block) later ones, same recipe."""
     from cells.step_06_drift import demonstration_pool, drift_split
     from cells.training.sft_data import EpisodePlanItem
 
@@ -76,7 +77,7 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
     recovery = profile.sft_recovery_drills if stage > 1 else 0.0
     pool = demonstration_pool(drift_split(profile.drift_split)) if profile.drift_split else None
     return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
-                           profile.seed + seed_block * SFT_STAGE_SEED_STRIDE, profile.sft_search_drills,
+                           profile.seed + seed_block * SFT_STAGE_SEED_STRIDE + offset, profile.sft_search_drills,
                            profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
                            profile.sft_booking_drills, pool, profile.sft_field_drills)
 
@@ -157,7 +158,8 @@ def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
         callbacks=[checkpoints.callback()] if p.warm_start_checkpoints > 0 else (),
     )
     ctx.trainer_state["warm_start_checkpoints"] = checkpoints.rows
-    result = dataclasses.replace(result, seconds=result.seconds - checkpoints.eval_seconds)  # training time only
+    result = dataclasses.replace(result, seconds=result.seconds - checkpoints.eval_seconds,  # training time only
+                                 cpu_seconds=result.cpu_seconds - checkpoints.eval_cpu_seconds)
     print(f"[warm start] {result.tokens:,} tokens ({result.trained_tokens:,} trained) in {result.seconds:.0f}s: "
           f"{result.tokens_per_s:,.0f} training tokens/s")
     return result
@@ -175,12 +177,13 @@ class HeldOutCheckpoints:
         self.at = {round(total_steps * i / (k + 1)) for i in range(1, k + 1)} - {0, total_steps}
         self.rows: list[dict[str, Any]] = []
         self.eval_seconds = 0.0  # spent inside trainer.train() on these plays, not on training
+        self.eval_cpu_seconds = 0.0  # the same in this process's CPU time
 
     def evaluate(self, model: Any, step: int, seconds: float) -> None:
         """Play the held-out cases at SFT `step`, `seconds` of training (checkpoint plays excluded) in."""
         import time
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         was_training = model.training
         model.eval()
         summary = play_held_out(self.ctx, model, max(1, self.ctx.profile.warm_start_eval_per_cell))
@@ -188,6 +191,7 @@ class HeldOutCheckpoints:
         self.rows.append({"step": step, "seconds": round(seconds, 1), **summary.to_dict()})
         print(f"[warm start] step {step} ({seconds / 60:.1f} min of SFT): {summary.line()}")
         self.eval_seconds += time.perf_counter() - t0
+        self.eval_cpu_seconds += time.process_time() - c0
 
     def callback(self) -> Any:
         import time
@@ -221,6 +225,7 @@ def save_warm_start_summary(ctx: Context, result: WarmStartResult, summary: Warm
     if result.steps > 0:
         data["training"] = result.to_dict()
         data["checkpoints"] = ctx.trainer_state.get("warm_start_checkpoints", [])
+        data["gate"] = ctx.trainer_state.get("warm_start_gate", [])
         copied = ctx.trainer_state.get("copy_pretrain")
         data["copy_pretrain"] = copied.to_dict() if copied is not None else None
     if summary is not None:
@@ -243,8 +248,20 @@ def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResul
         base.requires_grad_(True)
         copy_pretrain_first(ctx, base, out)
         result = _train(ctx, base, out)
+        gate_warm_start(ctx, base, out)
     ctx.model = attach_adapter(base, ctx.profile)  # adapter off = the warm-started model = GRPO's KL reference
     return result
+
+
+def gate_warm_start(ctx: Context, base: Any, out: Path) -> None:
+    """With `profile.sft_extend_rounds` > 0, SFT continues while development success is below target and rising
+    (`cells.training.warm_start_gate`); the rounds go to `ctx.trainer_state["warm_start_gate"]` and
+    `warm_start.json`."""
+    if ctx.profile.sft_extend_rounds <= 0:
+        return
+    from cells.training.warm_start_gate import extend_warm_start, rounds_to_dicts
+
+    ctx.trainer_state["warm_start_gate"] = rounds_to_dicts(extend_warm_start(ctx.profile, base, ctx.tokenizer, out))
 
 
 def copy_pretrain_first(ctx: Context, base: Any, out: Path) -> None:

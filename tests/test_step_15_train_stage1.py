@@ -938,3 +938,41 @@ def test_bench_copy_measures_another_model_shape(capsys):
     with pytest.raises(SystemExit):
         cli(["bench", "copy", "--profile", "cpu-smoke", "--tiny", "num_hidden_layers"])
     assert "expected FIELD=INTEGER" in capsys.readouterr().err
+
+
+def test_where_a_runs_gradient_and_seconds_went_per_stage_and_per_pattern(tmp_path):
+    """`diagnose --signal` on a run directory written by hand: the stage table's shares and seconds per episode,
+    RAFT's line and the per-pattern table, from metrics.csv, the stages' groups.jsonl and the RAFT control's file."""
+    import json
+
+    from cells.evaluation.diagnose import SIGNAL_FILE, diagnose_signal
+    from cells.training.metrics import COLUMNS, logs_to_row
+    from cells.training.signal import GROUP_TRACE
+
+    (tmp_path / "profile.json").write_text(json.dumps({"name": "cpu-rl", "seed": 1234}))
+    training = tmp_path / "training"
+    (training / "stage2").mkdir(parents=True)
+    step = {"groups/contrast_frac": 0.5, "episodes/contrast_frac": 0.5, "tokens/contrast_frac": 0.6,
+            "tokens/updated_frac": 1.0, "time/rollout_s": 8.0, "time/logps_s": 2.0, "step_time": 26.0,
+            "episodes/played": 16.0}
+    with (training / "metrics.csv").open("w", newline="") as fh:
+        import csv
+
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows([logs_to_row(step, 2, 1), logs_to_row(step, 2, 2)])
+    groups = [{"step": 1, "group": 0, "first_generation": 0, "patterns": ["cab_city_required"],
+               "rewards": [1.0, 0.0], "successes": [1.0, 0.0], "advantages": [0.7, -0.7]},
+              {"step": 2, "group": 0, "first_generation": 0, "patterns": ["restaurant_min_order_raised"],
+               "rewards": [0.0, -0.1], "successes": [0.0, 0.0], "advantages": [0.7, -0.7]}]
+    (training / "stage2" / GROUP_TRACE).write_text("".join(json.dumps(g) + "\n" for g in groups))
+    (tmp_path / "eval_raft_control.json").write_text(json.dumps(
+        {"control": {"episodes": 64, "kept": 16, "sample_seconds": 32.0, "train_seconds": 16.0, "grpo_measure": "cpu"}}))
+    text = diagnose_signal(tmp_path)
+    assert (tmp_path / SIGNAL_FILE).read_text() == text
+    stage_row = next(line for line in text.splitlines() if line.startswith("| 2 |"))
+    # 16 episodes a step: rollout 8/16, log-probs 2/16, update (26 - 8 - 2)/16 seconds per episode
+    assert stage_row == "| 2 | 2 | 32 | 50% | 50% | 60% | 100% | 0.50 | 0.12 | 1.00 |"
+    assert "64 episodes, 16 kept" in text and "sampling 0.50, training 0.25" in text
+    assert "| `cab_city_required` | reinforced | 1 | 100% | 100% | 50% | +0.70 | -0.70 |" in text
+    assert "| `restaurant_min_order_raised` | reinforced | 1 | 0% | 0% | 0% | — | +0.00 |" in text

@@ -27,8 +27,10 @@ round trained, which is on-policy RAFT (the iterated form of both papers); a sin
 be off-policy after its first step. Rounds of 8 groups keep a round to seconds on 2 cores, so the budget is met
 within half a round.
 
-Compute is matched on wall-clock: stage s gets the seconds GRPO's stage s took (the `step_time`s of its rows in
-`training/metrics.csv`, rollouts included, which `control.grpo_seconds` sums over all stages). Rounds run while the
+Compute is matched per stage: stage s gets the compute GRPO's stage s took, rollouts included
+(`training.metrics.grpo_compute_seconds`: the CPU seconds of its steps, `step_cpu` in `training/metrics.csv`, and
+RAFT's rounds are timed on the same process CPU clock, so other work sharing the cores changes neither side; a run
+logged before steps recorded CPU time is matched on wall-clock, `step_time`). Rounds run while the
 stage's remaining budget is at least half the last round's measured cost (sampling + training), so the total is
 within half a round of GRPO's either way (`spend`). Mining the failure curriculum is outside both budgets (GRPO's
 mining happens before its first step, outside `step_time`). Environment episodes are reported beside GRPO's
@@ -53,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cells.bench.control import CONTROL_LR_SHARE, ControlError, evaluate_and_pair, grpo_seconds
+from cells.bench.control import CONTROL_LR_SHARE, ControlError, evaluate_and_pair
 
 RAFT_SEED_OFFSET = 50_000_000  # into each stage's 1e8-seed block: GRPO and the warm start use only its first ~1e5
 RAFT_ROUND_GROUPS = 8  # groups per sampling round: 64 episodes at G=8, a few seconds of sampling on 2 cores
@@ -128,14 +130,6 @@ def spend(budget_s: float, play_round: Callable[[], None], clock: Callable[[], f
     return costs
 
 
-def grpo_stage_seconds(metrics_csv: Path) -> dict[int, float]:
-    """GRPO's seconds per curriculum stage (`step_time` of each stage's rows), stages in order."""
-    from cells.training.metrics import read_metrics_csv
-
-    out: dict[int, float] = {}
-    for row in read_metrics_csv(metrics_csv):
-        out[int(row["stage"])] = out.get(int(row["stage"]), 0.0) + float((row.get("extra") or {}).get("step_time") or 0)
-    return dict(sorted(out.items()))
 
 
 def grpo_episodes(metrics_csv: Path, profile: Any) -> int:
@@ -256,20 +250,27 @@ def check_run_dir(run_dir: Path) -> None:
             raise RaftError(f"{run_dir / name} is missing: {why}")
 
 
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
 def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
-             clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Train and evaluate the RAFT control in `run_dir`; returns the two paired reports."""
+             clock: Callable[[], float] | None = None) -> dict[str, Any]:
+    """Train and evaluate the RAFT control in `run_dir`; returns the two paired reports. Its budget per stage is
+    GRPO's compute there, spent on the same clock (`CLOCKS[measure]`, unless `clock` is given)."""
+    from cells.training.metrics import grpo_compute_seconds
     from cells.training.warm_start import load_run_warm_start
 
     run_dir = Path(run_dir)
     check_run_dir(run_dir)
     metrics = run_dir / "training" / "metrics.csv"
-    budgets = grpo_stage_seconds(metrics)
-    total = grpo_seconds(metrics)
+    budgets, measure = grpo_compute_seconds(metrics)
+    total = sum(budgets.values())
+    clock = clock or CLOCKS[measure]
     profile, model, tokenizer = load_run_warm_start(run_dir)
     out_dir = run_dir / "training" / "raft_control"
-    print(f"[raft] GRPO took {total / 60:.1f} min (" + ", ".join(f"stage {s} {b / 60:.1f}" for s, b in budgets.items())
-          + f"): sampling G={profile.num_generations} at T={profile.temperature}, keeping successes, training on them")
+    print(f"[raft] GRPO took {total / 60:.1f} min of {measure} time (" + ", ".join(
+        f"stage {s} {b / 60:.1f}" for s, b in budgets.items()) + f"): sampling G={profile.num_generations} at "
+        f"T={profile.temperature}, keeping successes, training on them")
     tally = RaftTally()
     for stage, budget in budgets.items():
         raft_stage(model, tokenizer, profile, stage, budget, total, out_dir, tally, round_groups=round_groups,
@@ -280,7 +281,8 @@ def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
     print(f"[raft] {tally.episodes:,} episodes (GRPO: {played:,}), {tally.kept:,} kept "
           f"({100 * tally.to_dict()['kept_share']:.1f}%), {tally.trained_tokens:,} trained tokens of {tally.tokens:,} "
           f"in {tally.steps} steps, {tally.seconds / 60:.1f} min ({tally.sample_seconds / 60:.1f} sampling)")
-    record = {"kind": "raft", "grpo_seconds": total, "grpo_stage_seconds": {str(s): b for s, b in budgets.items()},
+    record = {"kind": "raft", "grpo_seconds": total, "grpo_measure": measure,
+              "grpo_stage_seconds": {str(s): b for s, b in budgets.items()},
               "grpo_episodes": played, "learning_rate_peak": CONTROL_LR_SHARE * profile.sft_learning_rate,
               "round_groups": round_groups, "saved_dir": str(out_dir / "model"), **tally.to_dict()}
     return evaluate_and_pair(run_dir, profile, model, tokenizer, "raft_control", "raft", record, tag="raft")

@@ -37,6 +37,13 @@ turn, and counts success per stage and every failure by why and by the binding f
 and tuning on them would inflate every figure. Writes `diagnose_dev.json` (or `diagnose_dev_warm_start.json`).
 ~2 min for 300 cpu-learn episodes.
 
+`--signal [--docs]`: where a finished run's GRPO gradient and seconds went (`cells.training.signal.signal_markdown`):
+per stage the share of groups, episodes and model tokens with a success contrast (a success and a failure in the
+group), the model tokens the update saw, and seconds per episode in the rollout, the log-prob passes and the update;
+RAFT's seconds per episode when its control ran; per drift pattern (the stages' `groups.jsonl`) how many groups
+sampled a success and what advantage successes and failures got. Writes `diagnose_signal.md`; `--docs` also its
+block in docs/results.md. Seconds: it reads files only.
+
 `--reach [--split latin] [--episodes 60] [--samples G] [--warm-start]`: how much of a drift split's withheld sets
 sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on `--episodes` development cases of each of
 the split's reinforced and unseen sets, and of its demonstrated set for comparison (`split_cases` from
@@ -490,6 +497,25 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     return summary
 
 
+SIGNAL_FILE = "diagnose_signal.md"
+
+
+def diagnose_signal(run_dir: Path, docs: bool = False) -> str:
+    """`training.signal.signal_markdown` of the run, into `SIGNAL_FILE` (and with `docs`, its block of
+    docs/results.md, `signal:<run dir name>`); returns the markdown."""
+    from cells.evaluation import docblocks
+    from cells.training.signal import signal_markdown
+
+    text = signal_markdown(run_dir)
+    (run_dir / SIGNAL_FILE).write_text(text, encoding="utf-8")
+    if docs:
+        name = f"signal:{run_dir.name}"
+        command = f"python -m cells diagnose --signal --run-dir {run_dir}"
+        block = docblocks.render(name, "python -m cells diagnose --signal --docs", text, run_command=command)
+        print(f"wrote {docblocks.write_block(Path('docs/results.md'), name, block)}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -505,6 +531,10 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--dev", action="store_true",
                        help="success and failures (by wrong binding fact) on development cases of the probe range, "
                             "where training data is tuned (diagnose_dev.json)")
+    which.add_argument("--signal", action="store_true",
+                       help="where GRPO's gradient and seconds went, per stage, and per drift pattern the successes "
+                            "its groups sampled and their advantage (diagnose_signal.md; with --docs also into "
+                            "docs/results.md)")
     which.add_argument("--reach", action="store_true",
                        help="greedy success, sampled success and pass@G per pattern set of a drift split, on "
                             "development cases (diagnose_reach.json)")
@@ -518,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --reach: G, samples per case (default: the run's num_generations)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="with --reach: the sampling temperature to try (default: the run's GRPO temperature)")
+    parser.add_argument("--docs", action="store_true", help="with --signal: also write its block into "
+                                                                "docs/results.md (`signal:<run>`)")
     parser.add_argument("--pattern", default=None,
                         help="with --reach: only development cases whose schedule holds this drift pattern id")
     args = parser.parse_args(argv)
@@ -526,7 +558,11 @@ def main(argv: list[str] | None = None) -> int:
                      "warm start)")
     if (args.split or args.samples or args.temperature or args.pattern) and not args.reach:
         parser.error("--split, --samples, --temperature and --pattern go with --reach")
-    if args.reach:
+    if args.docs and not args.signal:
+        parser.error("--docs goes with --signal")
+    if args.signal:
+        print(diagnose_signal(Path(args.run_dir), args.docs))
+    elif args.reach:
         reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start,
                                args.temperature, args.pattern)
         print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)

@@ -119,6 +119,62 @@ def group_advantages(rewards: Any, num_generations: int, scale: str = "group") -
     return advantages, zero_std
 
 
+def step_advantages(trajectories: Sequence[Any], rewards: Sequence[float], num_generations: int,
+                    scale: str = "group") -> list[list[float]]:
+    """Per trajectory, one advantage per assistant turn (`turn_spans`): GiGPO's step-level credit (arXiv
+    2505.10978). A group's G episodes start from the same reset and drift schedule, so two of them whose tokens
+    before turn k are identical stand in the same environment state there (an *anchor state*); at turn k each is
+    compared with the others of its anchor group by episode reward, `(r - mean) / (std + eps)` (no division for
+    `scale="none"`), 0 in an anchor group of one. Where all G share the state (turn 0) this is the episode
+    advantage; where two actions part, the whole contrast lands on the turn that parted them, not on every token
+    of a 10-16-turn episode. `trajectories` hold whole groups, in order (G consecutive trajectories per group)."""
+    import statistics
+
+    if len(trajectories) % num_generations or len(rewards) != len(trajectories):
+        raise BatchError(f"step advantages need whole groups: {len(trajectories)} trajectories, {len(rewards)} "
+                         f"rewards, G={num_generations}")
+    out: list[list[float]] = [[0.0] * len(t.turn_spans) for t in trajectories]
+    for start in range(0, len(trajectories), num_generations):
+        anchors: dict[tuple[int, tuple[int, ...]], list[tuple[int, int]]] = defaultdict(list)
+        for i in range(start, start + num_generations):
+            ids = trajectories[i].completion_ids
+            for k, (begin, _) in enumerate(trajectories[i].turn_spans):
+                anchors[(k, tuple(ids[:begin]))].append((i, k))
+        for members in anchors.values():
+            if len(members) < 2:
+                continue
+            values = [float(rewards[i]) for i, _ in members]
+            mean, std = statistics.fmean(values), statistics.stdev(values)
+            for (i, k), value in zip(members, values, strict=True):
+                out[i][k] = (value - mean) if scale == "none" else (value - mean) / (std + ADVANTAGE_EPS)
+    return out
+
+
+def per_token_advantages(episode_advantages: Any, trajectories: Sequence[Any], steps: Sequence[Sequence[float]],
+                         weight: float, completion_len: int) -> Any:
+    """(B, C) advantages: each trajectory's episode advantage on every token, plus `weight` x its step advantage on
+    the tokens of each of its turns (`step_advantages`); what TRL's loss reads when advantages are per token."""
+
+    out = episode_advantages.view(-1, 1).repeat(1, completion_len).clone()  # (B, C)
+    for row, (traj, per_turn) in enumerate(zip(trajectories, steps, strict=True)):
+        for (begin, end), value in zip(traj.turn_spans, per_turn, strict=True):
+            out[row, begin:end] += weight * value
+    return out
+
+
+def contrast_metrics(row_groups: Sequence[int], contrast: Sequence[bool], tokens: Sequence[int],
+                     kept: Sequence[int]) -> dict[str, float]:
+    """Where the step's gradient can point at success: the share of groups with a success and a failure
+    (`groups/contrast_frac`), of this process's episodes and model tokens in such groups (`episodes/contrast_frac`,
+    `tokens/contrast_frac`), and of its model tokens that reach the update (`tokens/updated_frac`)."""
+    total = sum(tokens) or 1
+    in_contrast = [r for r, g in enumerate(row_groups) if contrast[g]]
+    return {"groups/contrast_frac": sum(contrast) / max(1, len(contrast)),
+            "episodes/contrast_frac": len(in_contrast) / max(1, len(row_groups)),
+            "tokens/contrast_frac": sum(tokens[r] for r in in_contrast) / total,
+            "tokens/updated_frac": sum(tokens[r] for r in kept) / total}
+
+
 def _get(obj: Any, name: str, default: Any = None) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(name, default)

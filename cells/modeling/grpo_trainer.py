@@ -45,16 +45,19 @@ from cells.modeling.episode_rewards import reward_components
 from cells.modeling.grpo_batch import (
     BatchError,
     accepts_first_generation,
+    contrast_metrics,
     episode_successes,
     gather_scores,
     group_advantages,
     group_signal_metrics,
     log_step_metrics,
     pad_trajectories,
+    per_token_advantages,
     prompt_runs,
     replacement_step,
     rollout_metrics,
     run_groups,
+    step_advantages,
     zero_variance_groups,
 )
 from cells.modeling.model_token_logps import model_token_logps, supports_model_token_scoring
@@ -85,18 +88,26 @@ class DriftCallGRPOTrainer(GRPOTrainer):
                  adaptive_kl_target: float | None = None, adaptive_kl_kp: float = DEFAULT_KP,
                  adaptive_kl_beta_min: float = DEFAULT_BETA_MIN, adaptive_kl_beta_max: float = DEFAULT_BETA_MAX,
                  resample_rounds: int = 0, resample_on: str = "reward", group_labels: Any = None,
-                 success_advantage: float = 0.0, **kwargs: Any) -> None:
+                 success_advantage: float = 0.0, keep: str = "all", step_advantage: float = 0.0,
+                 group_trace: str | None = None, **kwargs: Any) -> None:
         if not 0 <= int(resample_rounds) <= (cap := knob_cap("grpo_resample_rounds")):
             raise TrainerSetupError(f"resample_rounds must be in [0, {cap}], got {resample_rounds!r}")
         if resample_on not in (criteria := knob_choices("grpo_resample_on")):
             raise TrainerSetupError(f"resample_on must be one of {criteria}, got {resample_on!r}")
         if success_advantage < 0:
             raise TrainerSetupError(f"success_advantage must be >= 0, got {success_advantage!r}")
+        if keep not in (kept := knob_choices("grpo_keep")):
+            raise TrainerSetupError(f"keep must be one of {kept}, got {keep!r}")
+        if step_advantage < 0:
+            raise TrainerSetupError(f"step_advantage must be >= 0, got {step_advantage!r}")
         kwargs.setdefault("reward_funcs", [_placeholder_reward])  # TRL requires one; rewards come from episodes
         self.resample_rounds = int(resample_rounds)  # dynamic sampling: replays of a zero-variance group per step
         self.resample_on = resample_on  # which groups count as without signal: equal rewards, or equal successes
         self.group_labels = group_labels  # a grpo_batch.GroupLabels
         self.success_advantage = float(success_advantage)
+        self.keep = keep  # "success_contrast": only groups with a success and a failure reach the update
+        self.step_advantage = float(step_advantage)  # GiGPO's weight on the step-level advantage (0: off)
+        self.group_trace = group_trace  # a JSON-lines file: one line per group played (`_trace_groups`)
         self.episode_dataset: EpisodeDatasetAdapter | None = None
         if isinstance(kwargs.get("train_dataset"), EpisodeDatasetAdapter):
             self.episode_dataset = kwargs["train_dataset"]
@@ -142,16 +153,31 @@ class DriftCallGRPOTrainer(GRPOTrainer):
         advantages, zero_std = group_advantages(all_rewards, g, self.scale_rewards)  # (B * processes,) each
         # RAFT's supervised pull on the policy's own successes, inside the same loss (zero-variance groups included)
         advantages = advantages + self.success_advantage * all_successes
-        batch = pad_trajectories(trajectories, self.processing_class.pad_token_id, self.accelerator.device)
         index = self.accelerator.process_index
-        batch["advantages"] = advantages[index * len(rewards):(index + 1) * len(rewards)]  # this process's slice
-        loss_mask = batch["completion_mask"] * batch["tool_mask"]  # (B, C)
+        mine = advantages[index * len(rewards):(index + 1) * len(rewards)]  # this process's slice, (B,)
+        row_groups = [group for group, (_, _, count) in zip(groups, runs, strict=True) for _ in range(count)]
+        contrast = [not z for z in zero_variance_groups(all_successes, g, self.scale_rewards)]  # per batch group
+        rows = self._rows_to_update(row_groups, contrast)
+        batch = pad_trajectories([trajectories[r] for r in rows], self.processing_class.pad_token_id,
+                                 self.accelerator.device)
+        batch["advantages"] = self._update_advantages(mine, trajectories, rewards, runs, g, rows, contrast,
+                                                      row_groups, batch["completion_ids"].size(1))
+        loss_mask = batch["completion_mask"] * batch["tool_mask"]  # (B', C): the rows that reach the update
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        t1 = time.perf_counter()
         batch.update(self._old_and_ref_logps(batch, mode))
+        logp_seconds = time.perf_counter() - t1
         final_zero = zero_std.view(-1, g)[:, 0].tolist()
+        tokens = [int(sum(t.assistant_mask)) for t in trajectories]
         metrics = rollout_metrics(episodes, rewards, [reward_components(e) for e in episodes],
-                                  sum(final_zero) / len(final_zero), int(loss_mask.sum().item()),
-                                  seconds + more_seconds, decode_steps)
+                                  sum(final_zero) / len(final_zero), sum(tokens), seconds + more_seconds,
+                                  decode_steps)
+        metrics.update(contrast_metrics(row_groups, contrast, tokens, rows))
+        metrics["episodes/played"] = float(all_rewards.numel() + replaced * g)  # every process's, replays included
+        metrics["time/rollout_s"] = seconds + more_seconds
+        metrics["time/logps_s"] = logp_seconds
+        if self.group_trace and mode == "train":
+            self._trace_groups(runs, groups, episodes, rewards, successes, mine.tolist())
         metrics["groups/zero_std_first_frac"] = sum(first_zero) / len(first_zero)
         # groups whose episodes all succeed or all fail: a gradient from partial credit at most (`resample_on`)
         metrics["groups/success_uniform_first_frac"] = sum(first_uniform) / len(first_uniform)
@@ -167,6 +193,62 @@ class DriftCallGRPOTrainer(GRPOTrainer):
         metrics["reward/std"] = all_rewards.std().item() if all_rewards.numel() > 1 else 0.0
         log_step_metrics(self._metrics[mode], self.accelerator, metrics, all_rewards, zero_std)
         return batch
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's step (which logs its wall time, `step_time`), with this process's CPU time logged beside it,
+        `step_cpu`: the compute the equal-compute controls are given (`training.metrics.grpo_compute_seconds`)."""
+        c0 = time.process_time()
+        loss = super().training_step(*args, **kwargs)
+        self._metrics["train"]["step_cpu"].append(time.process_time() - c0)
+        return loss
+
+    def _rows_to_update(self, row_groups: list[int], contrast: list[bool]) -> list[int]:
+        """This process's rows that reach the update: all, or with `keep="success_contrast"` those of groups with a
+        success and a failure (Reinforce-Rej, arXiv 2504.11343: the others cost a backward pass and carry no
+        gradient towards success). When no group has a contrast, every row stays with advantage 0
+        (`_update_advantages`): the step then moves nothing but keeps TRL's bookkeeping whole."""
+        rows = list(range(len(row_groups)))
+        if self.keep == "success_contrast" and any(contrast[g] for g in row_groups):
+            rows = [r for r in rows if contrast[row_groups[r]]]
+        return rows
+
+    def _update_advantages(self, mine: Any, trajectories: list[Any], rewards: list[float], runs: list[Run],
+                           num_generations: int, rows: list[int], contrast: list[bool], row_groups: list[int],
+                           completion_len: int) -> Any:
+        """The kept rows' advantages: (B',) per episode, or (B', C) per token with GiGPO's step advantage
+        (`step_advantage > 0`, which needs each group whole on this process)."""
+        if self.keep == "success_contrast" and not any(contrast[g] for g in row_groups):
+            return torch.zeros_like(mine)  # every row stays (`_rows_to_update`), none moves the policy
+        if not self.step_advantage:
+            return mine[rows]
+        if any(first != 0 or count != num_generations for _, first, count in runs):
+            raise BatchError(f"step_advantage needs every group of G={num_generations} on one process; this "
+                             "process holds part of one (use one process, or a batch of whole groups per process)")
+        steps = step_advantages(trajectories, rewards, num_generations, self.scale_rewards)
+        per_token = per_token_advantages(mine, trajectories, steps, self.step_advantage,
+                                         max(1, max(len(t.completion_ids) for t in trajectories)))
+        return per_token[rows, :completion_len]
+
+    def _trace_groups(self, runs: list[Run], groups: list[int], episodes: list[Any], rewards: list[float],
+                      successes: list[float], advantages: list[float]) -> None:
+        """One JSON line per group this process played: its drift patterns, rewards, successes and advantages
+        (`cells.training.signal.group_trace_report` reads them: which patterns GRPO samples successes on, and what
+        advantage a success gets)."""
+        import json
+
+        lines, row = [], 0
+        for (_, first, count), group in zip(runs, groups, strict=True):
+            span = slice(row, row + count)
+            lines.append(json.dumps({
+                "step": int(self.state.global_step), "group": group, "first_generation": first,
+                "patterns": sorted({s.pattern_id for e in episodes[span] for s in getattr(e, "schedule", ())}),
+                "rewards": [round(r, 6) for r in rewards[span]], "successes": successes[span],
+                "advantages": [round(a, 6) for a in advantages[span]]}, sort_keys=True))
+            row += count
+        index = self.accelerator.process_index  # one file per process: no two writers share one
+        path = self.group_trace if index == 0 else f"{self.group_trace}.rank{index}"
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
 
     def _records(self, inputs: list[Mapping[str, Any]], num_generations: int) -> list[Run]:
         """`(record, first_generation, count)` per prompt run of this process's rows; a record is

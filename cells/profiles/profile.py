@@ -152,6 +152,24 @@ class Profile:
     grpo_success_advantage: float = knob(
         0.0, scope="grpo", help="added to the advantage of every episode that succeeded (r_task), after scaling: a "
                                 "RAFT-like pull towards the policy's own successes inside GRPO's loss (0: off)")
+    # Reinforce-Rej (arXiv 2504.11343): GRPO's edge over rejection sampling comes from dropping the groups whose
+    # samples all succeed or all fail; they cost a backward pass and rank failures by penalties, not by success.
+    grpo_keep: str = knob(
+        "all", scope="grpo", choices=("all", "success_contrast"),
+        help="which groups reach the update: `all`; `success_contrast`, only groups with a success and a failure "
+             "(r_task), the others dropped before the log-prob passes and the backward pass")
+    # GiGPO (arXiv 2505.10978): a seeded group repeats environment states exactly, so a step's credit can be
+    # measured among the episodes that stood in the same state, where one reward per episode spreads it over
+    # every turn.
+    grpo_step_advantage: float = knob(
+        0.0, scope="grpo", help="weight of the step-level advantage added to each turn's tokens: episodes of a group "
+                                "with the same tokens before the turn are compared by reward (0: off)")
+    grpo_reference: bool = knob(
+        True, scope="grpo", help="a KL term to the warm-started reference (beta from step 13, retargeted when "
+                                 "`adaptive_kl`); False: beta 0, no reference forward pass and no adaptive KL")
+    grpo_clip_high: float = knob(
+        0.2, scope="grpo", help="the upper clip of the policy ratio (TRL's `epsilon_high`; DAPO's clip-higher "
+                                "raises it above the lower 0.2 so rare good tokens can grow faster)")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -201,6 +219,14 @@ class Profile:
                                               "rate; 0 skips it")
     warm_start_checkpoints: int = knob(0, help="held-out greedy plays (warm_start_eval_per_cell) at evenly spaced "
                                                "SFT steps")
+    # A warm start that comes out weak leaves GRPO little to reinforce (`cells/training/warm_start_gate.py`).
+    sft_extend_rounds: int = knob(
+        0, at_most=4, help="the warm start's development gate: after the planned SFT, up to this many more rounds "
+                           "of SFT while greedy success on `warm_start_dev_cases` development cases is below "
+                           "`sft_extend_target` and still rising (0: off)")
+    sft_extend_share: float = knob(0.25, help="each gate round's fresh conversations, as a share of sft_episodes")
+    sft_extend_target: float = knob(0.8, help="development success at which the gate stops extending SFT")
+    warm_start_dev_cases: int = knob(60, help="development cases (probe range) the gate plays after each round")
     # --- evaluation (steps 18-20) ---
     eval_episodes_per_cell: int = knob(1, scope="evaluation", help="held-out seeds per (stage, language), the same "
                                                                    "for every evaluated model")
@@ -268,9 +294,13 @@ class Profile:
         if len(self.turn_budgets) != 3 or min(self.turn_budgets) < MIN_TURN_BUDGET:
             raise ProfileError(f"profile {self.name!r}: turn_budgets needs one budget per stage (3), each >= "
                                f"{MIN_TURN_BUDGET} (token, search, book, submit), got {self.turn_budgets}")
-        if self.grpo_success_advantage < 0:
-            raise ProfileError(f"profile {self.name!r}: grpo_success_advantage must be >= 0, got "
-                               f"{self.grpo_success_advantage}")
+        if self.sft_extend_rounds and (not self.warm_start_full or self.warm_start_dev_cases < 1):
+            raise ProfileError(f"profile {self.name!r}: sft_extend_rounds needs warm_start_full (a saved full warm "
+                               f"start to continue) and warm_start_dev_cases >= 1, got {self.warm_start_full} and "
+                               f"{self.warm_start_dev_cases}")
+        for name in ("grpo_success_advantage", "grpo_step_advantage", "grpo_clip_high", "sft_extend_share"):
+            if getattr(self, name) < 0:
+                raise ProfileError(f"profile {self.name!r}: {name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")

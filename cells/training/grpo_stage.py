@@ -18,6 +18,7 @@ from typing import Any
 
 from cells.training.checkpoints import load_adapter_weights, stage_knobs
 from cells.training.curriculum import StageResult, run_stage, stage_plans
+from cells.training.signal import GROUP_TRACE
 from cells.training.stages import (
     curriculum_max_steps,
     drop_reference_adapter,
@@ -101,12 +102,15 @@ def build_stage_trainer(ctx: Any, stage: int, output_dir: Path, callbacks: list[
         rollout_group_fn=rollout_group_fn_for_profile(ctx.profile),
         env_factory=env_factory,
         reward_fn_driftcall=reward_fn,
-        enable_adaptive_kl=ctx.profile.adaptive_kl,
+        enable_adaptive_kl=ctx.profile.adaptive_kl and ctx.profile.grpo_reference,
         adaptive_kl_target=ctx.profile.adaptive_kl_target,
         adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
         resample_rounds=ctx.profile.grpo_resample_rounds,
         resample_on=ctx.profile.grpo_resample_on,
         success_advantage=ctx.profile.grpo_success_advantage,
+        keep=ctx.profile.grpo_keep,
+        step_advantage=ctx.profile.grpo_step_advantage,
+        group_trace=str(Path(output_dir) / GROUP_TRACE),
         group_labels=pattern_set_labels(ctx.profile),
         callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
     )

@@ -31,6 +31,11 @@ from typing import Any
 
 from cells.training.sft_data import IGNORE_INDEX, RightPadCollator, WarmStartError, tokenize_all
 
+# SFT continued from a finished cosine warm start (the SFT-only control, the development gate's rounds) restarts
+# its own cosine schedule at this share of the profile's SFT learning rate: the warm start's schedule decayed to ~0,
+# and restarting at the full peak would first undo part of what it learned.
+CONTINUED_SFT_LR_SHARE = 0.3
+
 
 @dataclass(frozen=True)
 class WarmStartResult:
@@ -44,6 +49,7 @@ class WarmStartResult:
     losses: tuple[float, ...]  # training loss per logged step
     seconds: float = 0.0  # wall time of `trainer.train()` (0 when a saved warm start was reused)
     full_model: bool = False
+    cpu_seconds: float = 0.0  # this process's CPU time in `trainer.train()`: the controls' compute measure
 
     @property
     def adapter_dir(self) -> Path:
@@ -53,6 +59,10 @@ class WarmStartResult:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.tokens / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +74,8 @@ class WarmStartResult:
             "steps": self.steps,
             "seconds": round(self.seconds, 3),
             "tokens_per_s": round(self.tokens_per_s, 1),
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "tokens_per_cpu_s": round(self.tokens_per_cpu_s, 1),
             "losses": list(self.losses),
         }
 
@@ -227,9 +239,9 @@ def sft_warm_start(
     trainer_cls = labelled_positions_trainer_cls() if labelled_loss else SFTTrainer
     trainer = trainer_cls(model=model, args=SFTConfig(**kwargs), train_dataset=dataset, processing_class=tokenizer,
                          data_collator=collator, callbacks=list(callbacks) or None)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     saved = output_dir / ("model" if full else "adapter")
     if trainer.is_world_process_zero():  # several processes hold the same weights: one writes them
         trainer.model.save_pretrained(str(saved))
@@ -237,7 +249,7 @@ def sft_warm_start(
     trainer.accelerator.wait_for_everyone()
     losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     return WarmStartResult(saved, len(dataset), collator.tokens, collator.labelled, trainer.state.global_step, losses,
-                           seconds, full)
+                           seconds, full, cpu_seconds)
 
 
 def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
