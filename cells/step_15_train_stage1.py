@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cells.distributed import is_main_process
+from cells.training.sft_data import sft_plan_item, stage_split  # the warm start's data recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.context import Context
@@ -60,42 +61,12 @@ if TYPE_CHECKING:  # pragma: no cover
 STAGE = 1
 
 
-SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.seed + (s-1) * stride
-
-
-def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int = 0) -> Any:
-    """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
-    budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
-    `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
-    and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
-    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) and the warm start's
-    development gate (`cells.training.warm_start_gate`, at `offset` seeds into its block) later ones, same recipe."""
-    from cells.step_06_drift import demonstration_pool, drift_split
-    from cells.training.sft_data import EpisodePlanItem
-
-    # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
-    recovery = profile.sft_recovery_drills if stage > 1 else 0.0
-    pool = demonstration_pool(drift_split(profile.drift_split)) if profile.drift_split else None
-    return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
-                           profile.seed + seed_block * SFT_STAGE_SEED_STRIDE + offset, profile.sft_search_drills,
-                           profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
-                           profile.sft_booking_drills, pool, profile.sft_field_drills)
-
-
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
     """`n` fresh expert conversations (chat `messages` lists) of `stage` plus their search drills, on the
     stage's own block of training seeds (`sft_plan_item`)."""
     from cells.training.sft_data import generate_conversations
 
     return generate_conversations([sft_plan_item(ctx.profile, n, stage, stage - 1)], progress=n >= 500)
-
-
-def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
-    """`n` conversations split evenly over `stages` as `(stage, count)`; earlier stages take the remainder."""
-    if not stages:
-        raise ValueError("sft_stages must name at least one curriculum stage")
-    base, extra = divmod(n, len(stages))
-    return [(stage, base + (1 if i < extra else 0)) for i, stage in enumerate(stages)]
 
 
 def warm_start_conversations(ctx: Context) -> list[list[dict[str, Any]]]:

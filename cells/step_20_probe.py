@@ -22,6 +22,8 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from cells.evaluation.runner import probe_cases  # the probe's cases, from the reserved probe range
+
 if TYPE_CHECKING:  # pragma: no cover
     from cells.context import Context
 
@@ -31,21 +33,6 @@ HONEST_POLICY = "honest_failure"
 
 class UnknownOffenceWarning(UserWarning):
     """The reward produced an offence code outside the probe's closed set."""
-
-
-def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3)) -> tuple[Any, ...]:
-    """`n` probe cases from the reserved probe range (from its index `start`), `stages` in turn, languages as
-    generated."""
-    from cells.evaluation.runner import EvalCase
-    from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
-    from cells.step_07_tasks import generate
-
-    cases = []
-    for i in range(n):
-        seed, stage = PROBE_SEEDS.seed(start + i), stages[i % len(stages)]
-        language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
-        cases.append(EvalCase(seed, stage, language))
-    return tuple(cases)
 
 
 def known_offence_codes() -> frozenset[str]:

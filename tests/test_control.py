@@ -42,7 +42,7 @@ def test_grpo_seconds_sums_step_cpu_times_or_for_older_runs_step_times(tmp_path)
 
 
 def test_control_data_never_reuses_warm_start_seeds():
-    from cells.step_15_train_stage1 import SFT_STAGE_SEED_STRIDE
+    from cells.training.sft_data import SFT_STAGE_SEED_STRIDE
 
     profile = get_profile("cpu-smoke")
     convs = control.control_conversations(profile, 6)
@@ -55,8 +55,7 @@ def test_control_data_never_reuses_warm_start_seeds():
 def test_control_data_follow_the_warm_starts_recipe_with_its_drills():
     """Same recipe as step 15 (both kinds of drills, turn budgets), so the control's length per example is the warm
     start's."""
-    from cells.step_15_train_stage1 import sft_plan_item
-    from cells.training.sft_data import generate_conversations
+    from cells.training.sft_data import generate_conversations, sft_plan_item
 
     profile = get_profile("cpu-learn")
     assert (profile.sft_search_drills, profile.sft_booking_drills, profile.sft_recovery_drills,

@@ -182,7 +182,8 @@ def test_the_pooled_split_results_recompute_from_the_records_kept_in_the_reposit
 def test_the_readmes_python_example_runs_as_written(capsys):
     """The ten-line `DriftCallEnv` example under "The environment on one screen": reset, step, reward."""
     text = README.read_text(encoding="utf-8")
-    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    section = text.split("## The environment on one screen", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert len(code.strip().splitlines()) <= 12
     namespace: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), namespace)  # the README's own example

@@ -21,7 +21,6 @@ from cells.step_02_profiles import get_profile
 from cells.step_15_train_stage1 import (
     evaluate_warm_start,
     expert_conversations_for,
-    stage_split,
     warm_start_conversations,
 )
 from cells.training.checkpoints import (
@@ -35,7 +34,7 @@ from cells.training.checkpoints import (
     read_trainer_state,
 )
 from cells.training.curriculum import run_stage
-from cells.training.sft_data import IGNORE_INDEX, WarmStartError, tokenize_conversation
+from cells.training.sft_data import IGNORE_INDEX, WarmStartError, stage_split, tokenize_conversation
 from cells.training.warm_start import sft_warm_start, summarize_eval
 
 CONV = [
@@ -667,8 +666,12 @@ def test_booking_drills_end_at_the_experts_first_booking_call_carrying_every_bin
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS
     from cells.step_07_tasks import generate
-    from cells.step_15_train_stage1 import sft_plan_item
-    from cells.training.sft_data import BOOKING_SEED_OFFSET, EpisodePlanItem, generate_conversations
+    from cells.training.sft_data import (
+        BOOKING_SEED_OFFSET,
+        EpisodePlanItem,
+        generate_conversations,
+        sft_plan_item,
+    )
 
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
     item = EpisodePlanItem(3, 6, weights, 0, search_drills=0.5, booking_drills=1.5)
@@ -733,7 +736,7 @@ def test_recovery_drills_end_at_the_experts_new_choice_after_a_refusal_listing_w
 def test_recovery_drills_come_from_the_drifted_stages_of_the_profile():
     from cells.agent.play import PlayError, collect_expert
     from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_15_train_stage1 import sft_plan_item
+    from cells.training.sft_data import sft_plan_item
 
     profile = dataclasses.replace(get_profile("cpu-smoke"), sft_recovery_drills=0.5)
     assert [sft_plan_item(profile, 10, stage, stage - 1).recoveries for stage in (1, 2, 3)] == [0, 5, 5]
@@ -749,12 +752,12 @@ def test_year_turn_drills_are_search_drills_on_goals_dated_in_the_next_year():
     from cells.agent.prompt import format_now
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_07_tasks import crosses_year, generate, in_later_year
-    from cells.step_15_train_stage1 import sft_plan_item
     from cells.training.sft_data import (
         YEAR_TURN_SEED_OFFSET,
         YEAR_TURN_SEEDS_PER,
         EpisodePlanItem,
         generate_conversations,
+        sft_plan_item,
     )
 
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
@@ -789,13 +792,13 @@ def test_field_drills_repair_a_call_with_a_field_its_tool_never_takes_once_the_v
     from cells.step_05_vendors import DEFAULT_FLAGS, TOOLS
     from cells.step_06_drift import demonstration_pool, drift_split
     from cells.step_07_tasks import generate
-    from cells.step_15_train_stage1 import sft_plan_item
     from cells.training.sft_data import (
         FIELD_DRILL_SEEDS_PER,
         FIELD_SEED_OFFSET,
         NO_LOSS_KEY,
         EpisodePlanItem,
         generate_conversations,
+        sft_plan_item,
     )
 
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))

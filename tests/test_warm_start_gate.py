@@ -32,7 +32,7 @@ def test_development_cases_come_from_the_probe_range_past_every_diagnose_slice()
 
 def test_extension_rounds_use_seeds_neither_the_warm_start_nor_the_control_uses():
     from cells.bench.control import CONTROL_SEED_BLOCK
-    from cells.step_15_train_stage1 import SFT_STAGE_SEED_STRIDE, sft_plan_item
+    from cells.training.sft_data import SFT_STAGE_SEED_STRIDE, sft_plan_item
 
     profile = get_profile("cpu-rl")
     bases = {(r, s): sft_plan_item(profile, 10, s, gate.EXTENSION_SEED_BLOCK,

@@ -6,7 +6,7 @@ with the same `sft_warm_start` on *fresh* expert conversations (a seed block the
 for as many training tokens as the warm start's own measured throughput would process in the compute the run's
 GRPO stages took: their per-step CPU time (`step_cpu` in `training/metrics.csv`; CPU time, not wall time, so
 other work sharing the cores changes neither side), or their wall time (`step_time`) for older runs. Its data follow the warm
-start's recipe (stages, languages, turn budgets, both kinds of drills: `step_15.sft_plan_item`) on seed blocks the
+start's recipe (stages, languages, turn budgets, both kinds of drills: `training.sft_data.sft_plan_item`) on seed blocks the
 warm start never used, cut to that token budget (`take_token_budget`), so the control's length per example
 is the warm start's and its compute is GRPO's. It then evaluates on exactly the run's evaluation spec
 (`eval_baseline.json`'s cases and decoding) and pairs it:
@@ -55,8 +55,8 @@ def grpo_seconds(metrics_csv: Path) -> tuple[float, str]:
 
 def control_plan(profile: Any, n: int) -> list[Any]:
     """The `EpisodePlanItem`s of `n` fresh expert conversations (plus their drills), stages split as the warm
-    start's (`step_15.sft_plan_item`), on seed blocks it never used."""
-    from cells.step_15_train_stage1 import sft_plan_item, stage_split
+    start's (`training.sft_data.sft_plan_item`), on seed blocks it never used."""
+    from cells.training.sft_data import sft_plan_item, stage_split
 
     return [sft_plan_item(profile, count, stage, CONTROL_SEED_BLOCK + stage - 1)
             for stage, count in stage_split(n, profile.sft_stages) if count]

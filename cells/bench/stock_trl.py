@@ -169,9 +169,10 @@ def run_bench(run_dir: Path, profile_name: str, steps: int, speed_steps: int, pe
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells bench trl")
+    parser = argparse.ArgumentParser(prog="python -m cells bench trl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-learn", help="a run with a saved warm start (steps 1-15)")
-    parser.add_argument("--profile", default="cpu-learn")
+    parser.add_argument("--profile", default="cpu-learn", help="the profile whose env and generation knobs it plays")
     parser.add_argument("--steps", type=int, default=20, help="stock TRL GRPO steps for the learning measurement")
     parser.add_argument("--speed-steps", type=int, default=2, help="GRPO steps timed per trainer")
     parser.add_argument("--eval-per-cell", type=int, default=2, help="held-out episodes per (stage, language)")

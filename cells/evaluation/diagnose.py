@@ -306,9 +306,9 @@ def diagnose_probe(run_dir: Path) -> dict[str, Any]:
     its row, each offence with its evidence, and each invented id next to the shown string most like it. Writes
     and returns `diagnose_probe.json`. Refuses when the replay's offences differ from `probe.json`'s (the export
     is not the model step 20 probed)."""
-    from cells.evaluation.runner import play_greedy
+    from cells.evaluation.runner import play_greedy, probe_cases
     from cells.step_08_rewards import rewards_of
-    from cells.step_20_probe import known_offence_codes, probe_cases, summarise
+    from cells.step_20_probe import known_offence_codes, summarise
 
     run_dir = Path(run_dir)
     profile, model, tokenizer = load_trained(run_dir, "probe.json")
@@ -335,7 +335,7 @@ REFUSAL_CASES_FROM = 10_000  # probe-range index of the first `--refusals` case,
 
 def refusal_cases(n: int) -> tuple[Any, ...]:
     """`n` drifted cases from the probe range (from `REFUSAL_CASES_FROM`), stages 2 and 3 in turn."""
-    from cells.step_20_probe import probe_cases
+    from cells.evaluation.runner import probe_cases
 
     return probe_cases(n, start=REFUSAL_CASES_FROM, stages=(2, 3))
 
@@ -421,9 +421,8 @@ def development_summary(played: list[tuple[Any, Any]]) -> dict[str, Any]:
 def diagnose_development(run_dir: Path, episodes: int = 300, warm_start: bool = False) -> dict[str, Any]:
     """Play the trained model (or the run's warm start) on `episodes` development cases; write and return
     `DEV_FILES[warm_start]`."""
-    from cells.evaluation.runner import play_greedy
+    from cells.evaluation.runner import play_greedy, probe_cases
     from cells.step_08_rewards import rewards_of
-    from cells.step_20_probe import probe_cases
 
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")

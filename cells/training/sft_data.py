@@ -496,3 +496,31 @@ class RightPadCollator:
         self.padded += input_ids.numel()
         return {"input_ids": input_ids, "labels": labels, "attention_mask": torch.ones_like(input_ids)}
 
+
+SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.seed + (s-1) * stride
+
+
+def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int = 0) -> EpisodePlanItem:
+    """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
+    budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
+    `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
+    and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
+    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) and the warm start's
+    development gate (`cells.training.warm_start_gate`, at `offset` seeds into its block) later ones, same recipe."""
+    from cells.step_06_drift import demonstration_pool, drift_split
+
+    # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
+    recovery = profile.sft_recovery_drills if stage > 1 else 0.0
+    pool = demonstration_pool(drift_split(profile.drift_split)) if profile.drift_split else None
+    return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
+                           profile.seed + seed_block * SFT_STAGE_SEED_STRIDE + offset, profile.sft_search_drills,
+                           profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
+                           profile.sft_booking_drills, pool, profile.sft_field_drills)
+
+
+def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
+    """`n` conversations split evenly over `stages` as `(stage, count)`; earlier stages take the remainder."""
+    if not stages:
+        raise ValueError("sft_stages must name at least one curriculum stage")
+    base, extra = divmod(n, len(stages))
+    return [(stage, base + (1 if i < extra else 0)) for i, stage in enumerate(stages)]

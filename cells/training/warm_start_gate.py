@@ -1,7 +1,7 @@
 """The warm start's development gate: SFT continues while the model's development success is below a target and
 still rising, within a set number of extra rounds.
 
-Why (issue 59): GRPO reinforces what the policy already samples, so a warm start that came out weak (the same
+Why: GRPO reinforces what the policy already samples, so a warm start that came out weak (the same
 recipe and data, another seed) leaves most of GRPO's groups without a success to reinforce, and GRPO adds little
 on it. Choosing the best of the SFT run's own checkpoints cannot mend that: with a cosine schedule the last one is
 the best and a weak run is weak at every checkpoint. More SFT does: the SFT-only control, which continues the same
@@ -39,7 +39,7 @@ class GateRound:
 
 def dev_cases(n: int) -> tuple[Any, ...]:
     """`n` development cases, stages 1-3 in turn, from the probe range at `DEV_CASES_FROM`."""
-    from cells.step_20_probe import probe_cases
+    from cells.evaluation.runner import probe_cases
 
     return probe_cases(n, start=DEV_CASES_FROM)
 
@@ -66,8 +66,7 @@ def decide(success: float, previous: float | None, target: float, round_: int, r
 def extension_conversations(profile: Any, round_: int) -> list[list[dict[str, Any]]]:
     """Round `round_`'s fresh conversations: `sft_extend_share` x `sft_episodes`, split over the warm start's
     stages and recipe, on seeds neither the warm start nor the SFT-only control uses."""
-    from cells.step_15_train_stage1 import sft_plan_item, stage_split
-    from cells.training.sft_data import generate_conversations
+    from cells.training.sft_data import generate_conversations, sft_plan_item, stage_split
 
     n = max(1, round(profile.sft_extend_share * profile.sft_episodes))
     plan = [sft_plan_item(profile, count, stage, EXTENSION_SEED_BLOCK,
