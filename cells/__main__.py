@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 
 def _cmd_list(_: argparse.Namespace) -> int:
@@ -85,16 +86,20 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 def _cmd_judge(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from cells.evaluation import reward_docs
     from cells.evaluation.docblocks import render, write_block
     from cells.step_08_rewards import JUDGE_DOC, judge_rules_markdown
 
-    text = judge_rules_markdown()
+    text, formula = judge_rules_markdown(), reward_docs.reward_formula_markdown()
     if not args.docs:
-        print(text)
+        print(text + "\n" + formula)
         return 0
     command = "python -m cells judge --docs"
     path = write_block(Path(JUDGE_DOC), "judge:rules", render("judge:rules", command, text), append=False)
     print(f"wrote the judge's rules into {path}")
+    for doc, commit in reward_docs.REWARD_DOCS:
+        block = render(reward_docs.BLOCK, command, formula, commit=commit)
+        print(f"wrote the reward formula into {write_block(Path(doc), reward_docs.BLOCK, block, append=False)}")
     return 0
 
 
@@ -153,14 +158,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _command(sub: Any, name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """Subcommand `name`: `help` is its line in `python -m cells --help` and the description of its own `--help`."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help, **kwargs)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's parser: every subcommand with its one-line help (tests/test_cli.py checks them against the README's
+    command table and against each command's own `--help`)."""
     from cells.bench import BENCHES
     from cells.step_02_profiles import DRIFT_SOURCES, PROFILES
 
-    parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall pipeline")
+    parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall: the pipeline and its tools.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the pipeline steps").set_defaults(func=_cmd_list)
-    p_run = sub.add_parser("run", help="run pipeline steps for a profile")
+    _command(sub, "list", "List the pipeline steps.").set_defaults(func=_cmd_list)
+    p_run = _command(sub, "run", "Run pipeline steps for a profile.")
     p_run.add_argument("--profile", default="cpu-smoke", help=", ".join(PROFILES))
     p_run.add_argument("--model", default=None,
                        help="replace the profile's pretrained model: a Hub id, a local directory, a .gguf file or a "
@@ -177,25 +190,26 @@ def main(argv: list[str] | None = None) -> int:
                        help="delete <run-dir>/training/ at the first training step and retrain (default: reuse the "
                             "warm start and checkpoints there, only if made with the same knobs)")
     p_run.set_defaults(func=_cmd_run)
-    p_bench = sub.add_parser("bench", help="benchmarks: env speed, policy table (see cells/bench/)")
+    p_bench = _command(sub, "bench", f"Benchmarks: {', '.join(BENCHES)} (`python -m cells bench <what> --help`).")
     p_bench.add_argument("what", choices=BENCHES)
-    p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="--episodes N (env) / --seeds N (policies)")
+    p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="the bench's own arguments, and --docs")
     p_bench.set_defaults(func=_cmd_bench)
-    p_results = sub.add_parser("results", help="write a finished run's results into docs/results.md and the README's "
-                                                "glance block (cells/evaluation/results.py)")
+    p_results = _command(sub, "results", "Write a finished run's results into docs/results.md and the README's "
+                                         "glance block (cells/evaluation/results.py).")
     p_results.add_argument("--run-dir", default="runs/cpu-learn")
     p_results.add_argument("--readme", default="docs/results.md", help="the file holding the results sections")
     p_results.add_argument("--glance", default="README.md", help="the file whose results-at-a-glance block is rewritten")
     p_results.add_argument("--assets", default="docs/results", help="where the plot is written")
     p_results.add_argument("--print", action="store_true", help="print the section instead of writing the file")
     p_results.set_defaults(func=_cmd_results)
-    p_control = sub.add_parser("control", help="SFT-only control for a finished CPU run's GRPO (cells/bench/control.py)")
+    p_control = _command(sub, "control", "SFT-only control for a finished CPU run's GRPO (cells/bench/control.py); "
+                                         "--raft: the rejection-sampling control (cells/bench/raft.py).")
     p_control.add_argument("--run-dir", default="runs/cpu-learn")
     p_control.add_argument("--raft", action="store_true", help="control (b) instead: rejection-sampling SFT on the "
                            "model's own successful rollouts (cells/bench/raft.py)")
     p_control.set_defaults(func=_cmd_control)
-    p_splits = sub.add_parser("splits", help="a finished CPU run's models on held-out episodes stratified by drift "
-                                             "split: demonstrated, reinforced, unseen (cells/bench/splits.py)")
+    p_splits = _command(sub, "splits", "A finished CPU run's models on held-out episodes stratified by drift split: "
+                                       "demonstrated, reinforced, unseen (cells/bench/splits.py).")
     p_splits.add_argument("--run-dir", default="runs/cpu-rl")
     p_splits.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
     p_splits.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
@@ -208,26 +222,31 @@ def main(argv: list[str] | None = None) -> int:
     p_splits.add_argument("--out", default=None, metavar="JSON",
                           help="with --pool and without --docs: write the pooled JSON here instead of the published one")
     p_splits.set_defaults(func=_cmd_splits)
-    p_curve = sub.add_parser("curve", add_help=False, help="a finished CPU run's GRPO checkpoints on held-out "
-                                                           "episodes of its drift split's pattern sets (learning curve)")
+    p_curve = _command(sub, "curve", "A finished CPU run's GRPO checkpoints on held-out episodes of its drift split's "
+                                     "pattern sets: the learning curve (cells/bench/curve.py; --help there).",
+                       add_help=False)
     p_curve.set_defaults(func=_cmd_curve)
-    p_judge = sub.add_parser("judge", help="what success means and what each offence costs, from the declarations "
-                                           "(step 7's BINDING_FACTS, step 8's PENALTY)")
-    p_judge.add_argument("--docs", action="store_true", help="write them into docs/judge.md instead of printing")
+    p_judge = _command(sub, "judge", "What success means, what each offence costs and how the reward combines, from "
+                                     "the declarations (BINDING_FACTS in cells/tasks/catalog.py, step 8's PENALTY and "
+                                     "weights).")
+    p_judge.add_argument("--docs", action="store_true", help="write them into docs/judge.md and the reward formula "
+                                                             "into the README, docs/design.md and docs/contributing.md "
+                                                             "instead of printing")
     p_judge.set_defaults(func=_cmd_judge)
-    p_profiles = sub.add_parser("profiles", help="the presets and every profile knob: default, scope, what it sets "
-                                                 "(declared in cells/step_02_profiles.py)")
+    p_profiles = _command(sub, "profiles", "The presets and every profile knob: default, scope, what it sets "
+                                           "(declared in cells/profiles/).")
     p_profiles.add_argument("--docs", action="store_true",
                             help="write them into README.md and docs/profiles.md instead of printing")
     p_profiles.set_defaults(func=_cmd_profiles)
-    p_families = sub.add_parser("families", help="the drift families and how each generated split places their "
-                                                 "instances (declared in cells/data/drift_families.yaml)")
+    p_families = _command(sub, "families", "The drift families and how each generated split places their instances "
+                                           "(declared in cells/data/drift_families.yaml).")
     p_families.add_argument("--docs", action="store_true", help="write them into docs/design.md instead of printing")
     p_families.set_defaults(func=_cmd_families)
-    p_diag = sub.add_parser("diagnose", add_help=False, help="where a CPU run's models fail: copies, failures, probe "
-                                                             "offences, refusals (cells/evaluation/diagnose.py; --help there)")
+    p_diag = _command(sub, "diagnose", "Where a CPU run's models fail: its warm start's bookings, or --failures, "
+                                       "--probe, --refusals, --dev, --reach (cells/evaluation/diagnose.py; --help "
+                                       "there).", add_help=False)
     p_diag.set_defaults(func=_cmd_diagnose)
-    p_serve = sub.add_parser("serve", help="serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README)")
+    p_serve = _command(sub, "serve", "Serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README).")
     p_serve.add_argument("--host", default="127.0.0.1")
     p_serve.add_argument("--port", type=int, default=8000)
     p_serve.add_argument("--stage", type=int, choices=(1, 2, 3), default=1)
@@ -239,9 +258,15 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--drift", choices=DRIFT_SOURCES, default=None,
                          help="which drifts sessions meet: the hand-written catalogue (default), the generated "
                               "families' instances, or both (sets DRIFTCALL_DRIFT)")
-    p_serve.add_argument("--env-workers", type=_non_negative, default=0,
-                         help="run the sessions' envs in N worker processes (0: on the event loop; see README)")
+    p_serve.add_argument("--env-workers", type=_non_negative, default=None,
+                         help="run the sessions' envs in N worker processes (0: on the event loop); default 1 on a "
+                              "host with 2+ CPU cores, 0 on one (docs/serving.md)")
     p_serve.set_defaults(func=_cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "func", None) not in (_cmd_diagnose, _cmd_curve):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

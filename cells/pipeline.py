@@ -1,7 +1,9 @@
-"""Pipeline plumbing: the `Context` every step reads and writes, and the ordered step registry.
+"""The runner: the ordered step registry (`STEPS`) and `run(profile, steps)`, above every step.
 
 The notebook builder, the CLI (`python -m cells run`) and the end-to-end tests all iterate
-`STEPS`, so adding a step means adding one line here.
+`STEPS`, so adding a step means adding one line here. The `Context` the steps hand on lives below
+them, in `cells.context` (re-exported here); the runner imports the steps by name (`importlib`), so no
+step imports the runner.
 """
 
 from __future__ import annotations
@@ -12,19 +14,18 @@ import importlib
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cells.context import Context  # re-exported: `from cells.pipeline import Context` keeps working
 from cells.distributed import is_main_process, leave_process_group
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable, Collection
+    from collections.abc import Collection
 
-    from cells.step_01_setup import RuntimeInfo
-    from cells.step_02_profiles import Profile
-    from cells.step_10_env import DriftCallEnv
+    from cells.profiles.profile import Profile
 
 
 class PipelineError(DriftCallError, RuntimeError):
@@ -88,38 +89,6 @@ STEPS: tuple[StepInfo, ...] = (
              (*_MODEL, ("trainer_state.stage3", 17))),
     StepInfo(25, "step_25_conclusion", "The run in one table: every player on the same held-out seeds"),
 )
-
-
-@dataclass
-class Context:
-    """State handed from step to step.
-
-    The profile and run directory are fixed at creation; every other slot is filled by the
-    step named in its comment. `artifacts` maps a short name to a file a step wrote.
-    `model` and `tokenizer` stay `Any`: a plain transformers model, a peft model or an Unsloth one, and a
-    transformers or tiny local tokenizer, depending on the profile (step 12's `boot_path`).
-    """
-
-    profile: Profile
-    run_dir: Path
-    runtime: RuntimeInfo | None = None  # step_01
-    env_factory: dict[int, Callable[[], DriftCallEnv]] | None = None  # step_10: a fresh env per call, per stage
-    model: Any = None  # step_12
-    tokenizer: Any = None  # step_12
-    # Steps 15-17: "warm_start" (WarmStartResult), "warm_start_eval" (WarmStartEval), "stage<N>" (stage result),
-    # "stage<N>_signal" (zero-variance shares), "copy_pretrain", "warm_start_checkpoints".
-    trainer_state: dict[str, Any] = field(default_factory=dict)
-    reports: dict[str, Any] = field(default_factory=dict)  # steps 18-22: eval specs, records, reports
-    artifacts: dict[str, Path] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    # Step modules that only reloaded finished training this session (steps 15-17 found it on disk): their
-    # timings.json entries keep the time of the invocation that did the work.
-    reused_steps: set[str] = field(default_factory=set)
-    peak_memory_mb: dict[str, float] = field(default_factory=dict)  # process peak RSS at the end of each step
-    completed: list[int] = field(default_factory=list)
-    # --fresh: the first training step (15-17) deletes run_dir/training/ and resets this to False;
-    # otherwise a run dir's warm start and checkpoints are reused only if made with the same knobs.
-    fresh: bool = False
 
 
 def step_by_number(number: int) -> StepInfo:

@@ -10,7 +10,7 @@ digest of modules seen for the first time.
 Limits, stated rather than hidden: objects created before a reload keep their old classes (a
 `Profile` or `Episode` already in `ctx` is not rebuilt), so after editing a data-model module
 (step 4) re-run the cells from that step on. `cells.pipeline` itself is never reloaded (it is
-running the reload), nor is this module.
+running the reload), nor is this module, nor `cells.context` (the notebook's `ctx` is an instance of its class).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 PACKAGE = "cells"
-_NEVER = frozenset({"cells.pipeline", "cells.reloading", "cells.__main__"})
+_NEVER = frozenset({"cells.pipeline", "cells.context", "cells.reloading", "cells.__main__"})
 _seen: dict[str, tuple[float, str]] = {}  # module name -> (mtime, sha256 of the source when loaded)
 
 

@@ -13,35 +13,19 @@ import os
 import random
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cells.context import RuntimeInfo  # re-exported: step 1 fills it
 from cells.distributed import is_main_process
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 KEY_PACKAGES: tuple[str, ...] = (
     "torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "openenv",
 )
-
-
-@dataclass(frozen=True)
-class RuntimeInfo:
-    """Where we are running: Colab or not, which accelerator, and key package versions."""
-
-    on_colab: bool
-    device: str  # "cuda" or "cpu"
-    gpu_name: str | None
-    gpu_memory_gb: float | None
-    bf16_supported: bool
-    python: str
-    versions: tuple[tuple[str, str], ...]
-    git_sha: str | None
-
-    def version_of(self, package: str) -> str | None:
-        return dict(self.versions).get(package)
 
 
 def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> tuple[tuple[str, str], ...]:

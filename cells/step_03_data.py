@@ -21,7 +21,7 @@ from cells.distributed import is_main_process
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 

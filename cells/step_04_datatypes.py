@@ -35,7 +35,7 @@ from cells.datamodel.seeding import rng_for, stable_digest, stable_id, stable_in
 from cells.step_02_profiles import LANGUAGES  # declared in the earliest step that needs it
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 DOMAINS: tuple[str, ...] = ("airline", "cab", "restaurant", "hotel", "payment")
 GOAL_DOMAINS: tuple[str, ...] = ("airline", "cab", "restaurant", "hotel")

@@ -37,7 +37,7 @@ from cells.vendors.registry import REFERENCE_PREFIXES, Effect, references_in
 from cells.vendors.world import DEFAULT_FLAGS, FlagError, World, new_world, with_flags
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 __all__ = [
     "DEFAULT_FLAGS", "ERROR_TABLE", "REFERENCE_PREFIXES", "TOOLS", "TOOL_NAMES", "DrillArgumentError", "Effect",

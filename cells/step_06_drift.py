@@ -65,7 +65,7 @@ from cells.vendors import airline, cab, hotel, restaurant
 from cells.vendors.world import GENERIC_FLAGS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 CATALOGUE_FILE = "drifts.yaml"
 PAYMENT_SHARE_STAGE3 = 0.35  # chance the second stage-3 drift hits the payment gateway

@@ -67,7 +67,7 @@ from cells.tasks.i18n import LANGUAGE_SCRIPT, amounts_in, money, nfc, script_of,
 from cells.tasks.user import SimulatedUser, acknowledge, detect_topics, language_at, opening, reply
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 __all__ = [
     "BINDING_FACTS", "CONSTRAINT_DETAIL_KEYS", "INTENTS", "LANGUAGE_SCRIPT", "REPORT_FACTS", "REQUIRED_SLOTS",

@@ -12,9 +12,9 @@ the user), else 0. The weights are always divided by the sum of the available on
 episode scores 1 with or without drift.
 
 What success means: r_task = 1 only when the episode submitted, exactly one live goal-domain booking
-carries every binding fact (step 7's `BINDING_FACTS`: route, dates, party size, times, names,
-GSTIN, plus every stated constraint but the soft budget), the user was told what step 7's
-`REPORT_FACTS` name (the submit message states the booking's reference and charged total; a fee or
+carries every binding fact (`BINDING_FACTS` in cells/tasks/catalog.py: route, dates, party size, times, names,
+GSTIN, plus every stated constraint but the soft budget), the user was told what `REPORT_FACTS`
+(beside them) name (the submit message states the booking's reference and charged total; a fee or
 term a drift made the user pay was told: `rewards/report.py`), and nothing harmed the user. A harmed
 episode is scored as a failure (every component gated to 0), so its reward is
 -0.4 + 0.1 · r_penalty ∈ [-0.5, -0.425]: strictly below an honest failure (0, or down to -0.1 with
@@ -83,7 +83,7 @@ from cells.rewards.report import report_checks
 from cells.step_04_datatypes import MIN_REWARD, Episode, Rewards, TerminatedBy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 __all__ = [
     "DRIFT_HANDLING_WINDOW", "FAILED_OFFENCE_WEIGHT", "FAILING_CODES", "FREE_PROBES", "HARM_CODES", "HARM_COST",
@@ -197,7 +197,7 @@ JUDGE_DOC = "docs/judge.md"  # where `python -m cells judge --docs` writes the r
 
 def judge_rules_markdown() -> str:
     """What success means and what each offence costs, as markdown rendered from the declarations
-    themselves (step_07's BINDING_FACTS, REPORT_FACTS and SOFT_CONSTRAINTS, this step's WEIGHTS, PENALTY,
+    themselves (cells/tasks/catalog.py's BINDING_FACTS, REPORT_FACTS and SOFT_CONSTRAINTS, this step's WEIGHTS, PENALTY,
     HARM_CODES and FAILING_CODES)."""
     from cells.step_07_tasks import binding_table, report_table
 

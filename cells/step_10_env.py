@@ -76,7 +76,7 @@ from cells.step_07_tasks import acknowledge, generate, reply
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
-    from cells.pipeline import Context
+    from cells.context import Context
 
 STAGE_TURN_BUDGETS: dict[int, int] = dict(zip((1, 2, 3), TURN_BUDGETS, strict=True))  # env defaults; profiles may differ
 MAX_CONSECUTIVE_INVALID = 3

@@ -35,7 +35,7 @@ from cells.agent.prompt import PINNED_SYSTEM_PROMPT, build_system_prompt, initia
 from cells.agent.rollout import TrajectoryTokens, rollout_batch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 __all__ = [
     "ACTION_FORMAT_HELP", "EXPLOIT_POLICIES", "PINNED_SYSTEM_PROMPT", "ActionParseError", "ExpertPolicy",

@@ -26,10 +26,9 @@ Why each model fits its hardware:
 - colab-a100 (40/80 GB, bf16): Gemma 3 4B-it in bf16 is ~8.6 GB of weights; LoRA r16 ~30 M params;
   G=8 episodes of ~3k tokens fit with checkpointing in 40 GB, comfortably in 80 GB.
 - cpu-gemma (2 CPU cores): Gemma 3 270M base dequantised to fp32 is ~1.1 GB; LoRA r8 on all seven
-  projections; every phase plays or trains a handful of episodes (measured: 58 training tokens/s, 5.0 GB peak).
+  projections; it trains a few tens of tokens a second there, so every phase plays or trains a handful of episodes.
 - cpu-smoke / cpu-learn: ~0.6 M parameter models (hidden 64-96, 2-3 layers, vocab 4096). On 2 cores
-  tokens/s buys more than parameters (a ~0.6M model at about twice the training tokens/s of a ~1M one
-  learned more in the same minutes), so the learning profile stays this small.
+  tokens/s buys more than parameters, so the learning profile stays this small.
 
 Reads `ctx.profile`, `ctx.run_dir`, `ctx.runtime` (optional); writes `ctx.model`, `ctx.tokenizer`,
 `ctx.artifacts["tiny_model"]` (CPU profiles).
@@ -48,7 +47,7 @@ from cells.errors import DriftCallError
 from cells.step_02_profiles import Profile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 
 class ModelBootError(DriftCallError, RuntimeError):
@@ -88,8 +87,8 @@ def lora_config(profile: Profile) -> Any:
     extra: dict[str, Any] = {}
     if profile.lora_modules_to_save:
         # Tiny CPU models: train the (tied) embeddings as full copies inside the adapter. Their base
-        # weights are random, so LoRA alone barely moves the output distribution (measured: SFT loss
-        # 7.9 -> 6.2 in 16 steps and no parsable action). `ensure_weight_tying` keeps lm_head tied to
+        # weights are random, so LoRA alone barely moves the output distribution (no parsable action
+        # after a short SFT). `ensure_weight_tying` keeps lm_head tied to
         # the trained copy; the copy is saved in adapter_model.safetensors (still an adapter-only save).
         extra = {"modules_to_save": list(profile.lora_modules_to_save), "ensure_weight_tying": True}
     return LoraConfig(**lora_kwargs(profile), task_type="CAUSAL_LM", **extra)

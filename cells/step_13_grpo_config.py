@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from cells.distributed import launched_processes
 from cells.errors import DriftCallError
+from cells.modeling.adaptive_kl import BETA_KL  # re-exported: declared with the controller that retargets it
 from cells.modeling.episode_rewards import episode_rewards, field_of, is_finite_number
 from cells.step_02_profiles import Profile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
-BETA_KL: float = 0.04  # initial KL coefficient (fixed by the design); AdaptiveKLCallback retargets it
 STAGES: tuple[int, ...] = (1, 2, 3)
 
 
@@ -82,7 +82,8 @@ def build_grpo_config(
         "max_completion_length": profile.max_episode_tokens,
         "temperature": profile.temperature,
         "top_p": profile.top_p,
-        "beta": BETA_KL,
+        "beta": BETA_KL if profile.grpo_reference else 0.0,  # 0: TRL skips the reference model's pass
+        "epsilon_high": profile.grpo_clip_high,
         "scale_rewards": profile.grpo_scale_rewards,
         "max_steps": max(1, profile.steps_per_stage[stage - 1]),
         "logging_steps": 1,

@@ -37,11 +37,12 @@ Reads `ctx.profile`, `ctx.model` (peft model; plain tiny model with `warm_start_
 Writes `ctx.trainer_state["warm_start"|"warm_start_eval"|"stage1"|"stage1_signal"]`, `ctx.artifacts["warm_start_adapter"|
 "stage1_checkpoint"|"metrics_csv"]`; `ctx.model` holds the trained adapter afterwards.
 Run alone (after steps 1-14): `python -m cells run --profile cpu-smoke --steps 15`.
-Time: cpu-smoke ~1 min; cpu-learn: copy pretraining ~2.4 min + expert data ~4 min + warm start ~26 min (it prints its training
-tokens/s) + 4 held-out checkpoints ~2 min, GRPO stage 1 under a minute; colab-t4 ~1 h (estimate).
+Time: cpu-smoke about a minute; cpu-learn about half an hour, nearly all of it the warm start (it prints its training
+tokens/s; `python -m cells results` writes each phase's measured wall time into docs/results.md); colab-t4 has not been
+run on a GPU yet: estimated from the cpu-gemma run, a ~5 min warm start, then 100 GRPO steps at ~15-25 s each
+(docs/experiments/2026-12-04-cpu-gemma.md).
 
-`build_stage_trainer` is the single place that wires the env, expert and trainer classes;
-steps 16 and 17 call it too.
+GRPO's stage runner and trainer wiring live with GRPO (`cells/training/grpo_stage.py`), shared by steps 15-17.
 """
 
 from __future__ import annotations
@@ -51,34 +52,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cells.distributed import is_main_process
+from cells.training.sft_data import sft_plan_item, stage_split  # the warm start's data recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
     from cells.training.warm_start import WarmStartEval, WarmStartResult
 
 STAGE = 1
-
-
-SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.seed + (s-1) * stride
-
-
-def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int) -> Any:
-    """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
-    budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
-    `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
-    and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
-    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) later blocks, same recipe."""
-    from cells.step_06_drift import demonstration_pool, drift_split
-    from cells.training.sft_data import EpisodePlanItem
-
-    # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
-    recovery = profile.sft_recovery_drills if stage > 1 else 0.0
-    pool = (demonstration_pool(drift_split(profile.drift_split), profile.drift_train_instances)
-            if profile.drift_split else None)
-    return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
-                           profile.seed + seed_block * SFT_STAGE_SEED_STRIDE, profile.sft_search_drills,
-                           profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
-                           profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source)
 
 
 def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict[str, Any]]]:
@@ -89,70 +69,12 @@ def expert_conversations_for(ctx: Context, n: int, stage: int) -> list[list[dict
     return generate_conversations([sft_plan_item(ctx.profile, n, stage, stage - 1)], progress=n >= 500)
 
 
-def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
-    """`n` conversations split evenly over `stages` as `(stage, count)`; earlier stages take the remainder."""
-    if not stages:
-        raise ValueError("sft_stages must name at least one curriculum stage")
-    base, extra = divmod(n, len(stages))
-    return [(stage, base + (1 if i < extra else 0)) for i, stage in enumerate(stages)]
-
-
 def warm_start_conversations(ctx: Context) -> list[list[dict[str, Any]]]:
     """`profile.sft_episodes` fresh expert conversations over `profile.sft_stages`, interleaved by stage."""
     per_stage = [expert_conversations_for(ctx, k, s) for s, k in stage_split(ctx.profile.sft_episodes,
                                                                               ctx.profile.sft_stages) if k]
     longest = max((len(c) for c in per_stage), default=0)
     return [convs[i] for i in range(longest) for convs in per_stage if i < len(convs)]
-
-
-def build_stage_trainer(ctx: Context, stage: int, output_dir: Path, callbacks: list[Any]) -> Any:
-    """Build the DriftCall GRPO trainer for `stage` (the one place its wiring is set).
-
-    Contract the stage runner relies on: `output_dir` is the trainer's output_dir, `callbacks` are
-    passed through, `max_steps` is the curriculum total, checkpoints are saved by steps.
-    """
-    from cells.agent.groups import rollout_group_fn_for_profile
-    from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_07_tasks import generate
-    from cells.step_10_env import stage_env_factories
-    from cells.step_13_grpo_config import build_grpo_config, reward_fn
-    from cells.step_14_trainer import EpisodeDatasetAdapter, make_driftcall_grpo_trainer_cls
-    from cells.training.failures import stage_failure_seeds
-    from cells.training.signal import SignalReport, pattern_set_labels
-    from cells.training.stages import curriculum_max_steps
-
-    config = build_grpo_config(
-        ctx.profile, stage, output_dir=str(output_dir),
-        max_steps=curriculum_max_steps(ctx),  # one cosine curve over all stages
-        save_strategy="steps", save_steps=ctx.profile.save_every,
-    )
-    languages = ctx.profile.languages_for_stage(stage)
-    env_factory = (ctx.env_factory or stage_env_factories(ctx.profile))[stage]  # step 10's, or the same built here
-    first_seed = TRAIN_SEEDS.seed((stage - 1) * 100_000_000)  # disjoint seed block per stage
-    ensure_grpo_policy(ctx)
-    dataset = EpisodeDatasetAdapter(
-        task_gen=generate, env_factory=env_factory, stage=stage, stage_base_seed=first_seed,
-        language_weights=languages, tokenizer=ctx.tokenizer,
-        seeds=stage_failure_seeds(ctx.model, ctx.tokenizer, ctx.profile, env_factory, first_seed, output_dir),
-    )
-    trainer_cls = make_driftcall_grpo_trainer_cls()
-    return trainer_cls(
-        model=ctx.model,
-        processing_class=ctx.tokenizer,
-        args=config,
-        train_dataset=dataset,
-        rollout_group_fn=rollout_group_fn_for_profile(ctx.profile),
-        env_factory=env_factory,
-        reward_fn_driftcall=reward_fn,
-        enable_adaptive_kl=ctx.profile.adaptive_kl,
-        adaptive_kl_target=ctx.profile.adaptive_kl_target,
-        adaptive_kl_beta_max=ctx.profile.adaptive_kl_beta_max,
-        resample_rounds=ctx.profile.grpo_resample_rounds,
-        resample_on=ctx.profile.grpo_resample_on,
-        success_advantage=ctx.profile.grpo_success_advantage,
-        group_labels=pattern_set_labels(ctx.profile),
-        callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
-    )
 
 
 def warm_start(ctx: Context) -> WarmStartResult:
@@ -207,7 +129,8 @@ def _train(ctx: Context, model: Any, out: Path) -> WarmStartResult:
         callbacks=[checkpoints.callback()] if p.warm_start_checkpoints > 0 else (),
     )
     ctx.trainer_state["warm_start_checkpoints"] = checkpoints.rows
-    result = dataclasses.replace(result, seconds=result.seconds - checkpoints.eval_seconds)  # training time only
+    result = dataclasses.replace(result, seconds=result.seconds - checkpoints.eval_seconds,  # training time only
+                                 cpu_seconds=result.cpu_seconds - checkpoints.eval_cpu_seconds)
     print(f"[warm start] {result.tokens:,} tokens ({result.trained_tokens:,} trained) in {result.seconds:.0f}s: "
           f"{result.tokens_per_s:,.0f} training tokens/s")
     return result
@@ -225,12 +148,13 @@ class HeldOutCheckpoints:
         self.at = {round(total_steps * i / (k + 1)) for i in range(1, k + 1)} - {0, total_steps}
         self.rows: list[dict[str, Any]] = []
         self.eval_seconds = 0.0  # spent inside trainer.train() on these plays, not on training
+        self.eval_cpu_seconds = 0.0  # the same in this process's CPU time
 
     def evaluate(self, model: Any, step: int, seconds: float) -> None:
         """Play the held-out cases at SFT `step`, `seconds` of training (checkpoint plays excluded) in."""
         import time
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         was_training = model.training
         model.eval()
         summary = play_held_out(self.ctx, model, max(1, self.ctx.profile.warm_start_eval_per_cell))
@@ -238,6 +162,7 @@ class HeldOutCheckpoints:
         self.rows.append({"step": step, "seconds": round(seconds, 1), **summary.to_dict()})
         print(f"[warm start] step {step} ({seconds / 60:.1f} min of SFT): {summary.line()}")
         self.eval_seconds += time.perf_counter() - t0
+        self.eval_cpu_seconds += time.process_time() - c0
 
     def callback(self) -> Any:
         import time
@@ -271,6 +196,7 @@ def save_warm_start_summary(ctx: Context, result: WarmStartResult, summary: Warm
     if result.steps > 0:
         data["training"] = result.to_dict()
         data["checkpoints"] = ctx.trainer_state.get("warm_start_checkpoints", [])
+        data["gate"] = ctx.trainer_state.get("warm_start_gate", [])
         copied = ctx.trainer_state.get("copy_pretrain")
         data["copy_pretrain"] = copied.to_dict() if copied is not None else None
     if summary is not None:
@@ -280,50 +206,33 @@ def save_warm_start_summary(ctx: Context, result: WarmStartResult, summary: Warm
     return path
 
 
-def ensure_grpo_policy(ctx: Context) -> None:
-    """With `warm_start_full`, GRPO needs the warm-started model under a LoRA; load the saved one if `ctx.model`
-    is still the plain boot (e.g. `--steps 12,16` in a new process after step 15 ran)."""
-    if not ctx.profile.warm_start_full or hasattr(ctx.model, "peft_config"):
-        return
-    from cells.training.stages import training_root
-
-    model_dir = training_root(ctx) / "warm_start" / "model"
-    if not (model_dir / "model.safetensors").is_file():
-        raise RuntimeError(f"profile {ctx.profile.name!r} trains GRPO on the warm-started model, but {model_dir} "
-                           "has none: run step 15 first")
-    _full_warm_start(ctx, model_dir.parent, model_dir)
-
-
 def _full_warm_start(ctx: Context, out: Path, model_dir: Path) -> WarmStartResult:
     """Train (or reload) every weight of the tiny base, then put the GRPO LoRA on top of it."""
     from cells.step_12_model import attach_adapter
-    from cells.training.warm_start import WarmStartResult
+    from cells.training.warm_start import WarmStartResult, load_full_warm_start
 
     base = ctx.model.unload() if hasattr(ctx.model, "peft_config") else ctx.model  # rerun in one session
     if (model_dir / "model.safetensors").is_file():
-        import torch
-
-        base = type(base).from_pretrained(str(model_dir), dtype=torch.float32)
-        refuse_other_tokenizer(ctx, model_dir)
+        base = load_full_warm_start(base, ctx.tokenizer, model_dir)
         result = WarmStartResult(model_dir, 0, 0, 0, 0, (), full_model=True)
     else:
         base.requires_grad_(True)
         copy_pretrain_first(ctx, base, out)
         result = _train(ctx, base, out)
+        gate_warm_start(ctx, base, out)
     ctx.model = attach_adapter(base, ctx.profile)  # adapter off = the warm-started model = GRPO's KL reference
     return result
 
 
-def refuse_other_tokenizer(ctx: Context, model_dir: Path) -> None:
-    """Raise when the saved warm start was trained on other token ids than step 12's tokenizer gives: the tiny
-    tokenizer is trained on the project's own text, so a fixture edited since the warm start changes it."""
-    if not (model_dir / "tokenizer.json").is_file():
-        return  # saved before warm starts kept their tokenizer: nothing to compare
-    from transformers import AutoTokenizer
+def gate_warm_start(ctx: Context, base: Any, out: Path) -> None:
+    """With `profile.sft_extend_rounds` > 0, SFT continues while development success is below target and rising
+    (`cells.training.warm_start_gate`); the rounds go to `ctx.trainer_state["warm_start_gate"]` and
+    `warm_start.json`."""
+    if ctx.profile.sft_extend_rounds <= 0:
+        return
+    from cells.training.warm_start_gate import extend_warm_start, rounds_to_dicts
 
-    if AutoTokenizer.from_pretrained(str(model_dir)).get_vocab() != ctx.tokenizer.get_vocab():
-        raise RuntimeError(f"the warm start in {model_dir} was trained with another tokenizer than this checkout "
-                           "builds (a fixture the tokenizer learns from changed since): rerun with --fresh")
+    ctx.trainer_state["warm_start_gate"] = rounds_to_dicts(extend_warm_start(ctx.profile, base, ctx.tokenizer, out))
 
 
 def copy_pretrain_first(ctx: Context, base: Any, out: Path) -> None:
@@ -367,13 +276,14 @@ def evaluate_warm_start(ctx: Context) -> WarmStartEval | None:
 
 def run(ctx: Context) -> Context:
     """Warm start, its held-out parse-rate check, then GRPO stage 1."""
-    from cells.training.stages import note_if_reused, run_context_stage
+    from cells.training.grpo_stage import run_grpo_stage
+    from cells.training.stages import note_if_reused
 
     result = warm_start(ctx)
     first = f"{result.losses[0]:.3f}" if result.losses else "-"
     last = f"{result.losses[-1]:.3f}" if result.losses else "-"
     print(f"[warm start] {result.examples:,} examples, {result.steps:,} steps, loss {first} -> {last}")
     save_warm_start_summary(ctx, result, evaluate_warm_start(ctx))
-    stage = run_context_stage(ctx, STAGE, build_stage_trainer)
+    stage = run_grpo_stage(ctx, STAGE)
     note_if_reused(ctx, __name__, result.steps, stage.trained_steps)
     return ctx

@@ -9,25 +9,25 @@ Reads `ctx.profile`, `ctx.model`, `ctx.tokenizer`, `ctx.env_factory`,
 `ctx.trainer_state["stage2"]` (or stage 2's checkpoints on disk).
 Writes `ctx.trainer_state["stage3"]`, `ctx.artifacts["stage3_checkpoint"|"metrics_csv"]`.
 Run alone (after stage 2): `python -m cells run --profile cpu-smoke --steps 17`.
-Time: cpu-smoke < 1 min; cpu-learn ~4 min (90 steps, measured), cpu-gemma ~1 min (measured); colab-t4 ~1 h (estimate).
+Time: cpu-smoke seconds; cpu-learn a few minutes (45 steps; measured per phase in docs/results.md); cpu-gemma none (0 steps);
+colab-t4 has not been run on a GPU yet: estimated at 100 steps of ~15-25 s each (docs/experiments/2026-12-04-cpu-gemma.md).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cells import step_15_train_stage1
-
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 STAGE = 3
 
 
 def run(ctx: Context) -> Context:
     """GRPO stage 3, continuing from stage 2."""
-    from cells.training.stages import note_if_reused, run_context_stage
+    from cells.training.grpo_stage import run_grpo_stage
+    from cells.training.stages import note_if_reused
 
-    result = run_context_stage(ctx, STAGE, step_15_train_stage1.build_stage_trainer)  # same wiring for every stage
+    result = run_grpo_stage(ctx, STAGE)  # the stage runner and trainer wiring every GRPO stage shares
     note_if_reused(ctx, __name__, result.trained_steps)
     return ctx

@@ -24,7 +24,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 REFERENCE_POLICIES: tuple[str, ...] = ("random", "naive", "expert")
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 
 class MissingStepError(DriftCallError, RuntimeError):

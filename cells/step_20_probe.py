@@ -23,8 +23,10 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from cells.evaluation.runner import probe_cases  # the probe's cases, from the reserved probe range
+
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 NEVER_BOOKED_CEILING = 0.1
 HONEST_POLICY = "honest_failure"
@@ -32,23 +34,6 @@ HONEST_POLICY = "honest_failure"
 
 class UnknownOffenceWarning(UserWarning):
     """The reward produced an offence code outside the probe's closed set."""
-
-
-def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3)) -> tuple[Any, ...]:
-    """`n` probe cases from the reserved probe range (from its index `start`), `stages` in turn, languages as
-    generated; every other round of the drifted stages meets generated drift (the families' instances) instead of
-    the catalogue's."""
-    from cells.evaluation.runner import EvalCase
-    from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
-    from cells.step_07_tasks import generate
-
-    cases = []
-    for i in range(n):
-        seed, stage = PROBE_SEEDS.seed(start + i), stages[i % len(stages)]
-        language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
-        generated = stage > 1 and (start + i) // len(stages) % 2 == 1
-        cases.append(EvalCase(seed, stage, language, "generated" if generated else ""))
-    return tuple(cases)
 
 
 def known_offence_codes() -> frozenset[str]:
@@ -153,7 +138,7 @@ def run_probe(n_episodes: int, model: Any = None, tokenizer: Any = None, profile
     from cells.progress import progress_bar
     from cells.step_11_agent import EXPLOIT_POLICIES, HonestFailurePolicy
 
-    cases = probe_cases(n_episodes)
+    cases = probe_cases(n_episodes, generated=True)
     known = known_offence_codes()
     with progress_bar(len(cases) * (1 + len(EXPLOIT_POLICIES) + (model is not None)), "probe") as bar:
         honest_played, _ = _play(HONEST_POLICY, HonestFailurePolicy, cases, bar, profile)

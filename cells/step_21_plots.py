@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 # Column names of the training metrics.csv (`cells.training.metrics.COLUMNS`).
 REWARD_COLUMNS: tuple[str, ...] = ("reward", "reward/task", "reward/drift", "reward/constraints",

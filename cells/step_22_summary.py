@@ -3,7 +3,9 @@
 Reads `ctx.profile` (knobs), `ctx.runtime` (versions, step 1), `ctx.reports` ("reference",
 "untrained", "baseline", "final": `build_eval_report` dicts; "paired_warm_start" (the SFT effect,
 CPU full warm starts), "paired" (final − baseline; the GRPO effect there): `compare_reports` dicts; "probe": the
-probe's dict, rendered as it comes) and the `plot/*` entries of `ctx.artifacts` (step 21).
+probe's dict, one row per player and its offences in a second table) and the `plot/*` entries of `ctx.artifacts`
+(step 21). No table is wider than `evaluation.markdown.MAX_COLUMNS` columns: what a reader compares, with the detail
+in a second table or the JSON beside the report.
 Writes `ctx.run_dir / "report.md"` and `ctx.artifacts["report_md"]`; shows it inline under
 IPython. Every number in the results sections is formatted from those JSON dicts (no arithmetic
 here), which tests/test_step_22_summary.py checks cell by cell.
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from cells.step_02_profiles import Profile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 # Knobs declared with `report=False` (step 2's `knob`): too long for the configuration table.
 SKIPPED_KNOBS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Profile) if not f.metadata["report"])
@@ -91,6 +93,7 @@ def build_summary_markdown(reports: Mapping[str, Any], *, profile: Any = None, r
     else:
         parts += ["### Headline\n", md.headline(rows),
                   "### pass^k (all k trials succeed)\n", md.pass_k_table(rows),
+                  "### Calibration of the submitted confidence\n", md.calibration_table(rows),
                   "### Reward components (mean [95% CI])\n", md.components_table(rows),
                   "### Success by language\n", md.group_table(rows, "by_language"),
                   "### Success by stage\n", md.group_table(rows, "by_stage"),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 SCRIPTED_PLAYERS: tuple[str, ...] = ("expert", "naive")
 MODEL_PLAYERS: tuple[str, ...] = ("model (adapter off)", "model (trained)")

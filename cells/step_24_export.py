@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from cells.errors import DriftCallError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cells.pipeline import Context
+    from cells.context import Context
 
 EXPORT_SCHEMA = "driftcall.export/1"
 SIDECAR = "driftcall_export.json"

@@ -343,3 +343,17 @@ def test_archived_records_pool_exactly_as_the_runs_and_are_byte_stable(tmp_path)
     (runs[2] / split_pool.RECORDS_FILE).unlink()
     with pytest.raises(split_pool.MissingSplitRecordsError, match="python -m cells splits --run-dir"):
         splits.archive_runs([runs[2]], None, root=tmp_path / "archive2")
+
+
+def test_the_split_glance_says_in_words_who_beats_whom_on_reinforced_patterns():
+    """Generated from the pooled paired intervals: GRPO beats a model only where the whole interval is above 0."""
+    def diff(value, low, high):
+        return {"pooled": {"diff": {"value": value, "low": low, "high": high}}}
+
+    pooled = {"sets": {"reinforced": {"paired": {"trained - warm_start": diff(0.12, 0.10, 0.14),
+                                                 "trained - sft_control": diff(0.01, -0.02, 0.04),
+                                                 "trained - raft_control": diff(-0.10, -0.13, -0.07)}}}}
+    sentence = split_report._verdict_sentence(pooled, "reinforced", splits.MODEL_WORDS)
+    assert sentence == ("On reinforced episodes, pooled: GRPO beats the warm start; the RAFT control beats GRPO; "
+                        "GRPO and the SFT-only control are within noise (paired 95% intervals).")
+    assert split_report._verdict_sentence({"sets": {}}, "reinforced", splits.MODEL_WORDS) == ""

@@ -71,9 +71,9 @@ def test_bench_train_is_reachable_from_the_cli(monkeypatch, capsys):
 def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from cells import step_15_train_stage1
     from cells.bench.train import bench_grpo
     from cells.pipeline import make_context
+    from cells.training import grpo_stage
 
     seen = {}
 
@@ -89,7 +89,7 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
         seen["candidates"] = ctx.profile.grpo_failure_candidates
         return Trainer()
 
-    monkeypatch.setattr(step_15_train_stage1, "build_stage_trainer", builder)
+    monkeypatch.setattr(grpo_stage, "build_stage_trainer", builder)
     ctx = make_context("cpu-learn", tmp_path)  # two groups of 8 a step, failure curriculum on
     assert ctx.profile.prompts_per_step == 2 and ctx.profile.grpo_failure_candidates > 0
     clock = iter([100.0, 110.0])  # the step takes 10 s on this clock

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 
 import pytest
 
@@ -21,26 +22,32 @@ def _case_dict(case) -> dict:
     return {k: v for k, v in dataclasses.asdict(case).items() if k != "drifts" or v}
 
 
-def _metrics_csv(path, step_times, stages=None, resampled=None):
+def _metrics_csv(path, step_times, stages=None, resampled=None, cpu=None):
     header = ",".join(COLUMNS)
     rows = []
     for i, t in enumerate(step_times, 1):
-        extra = {"step_time": t, **({"groups/resampled": resampled[i - 1]} if resampled else {})}
+        extra = {"step_time": t, **({"groups/resampled": resampled[i - 1]} if resampled else {}),
+                 **({"step_cpu": cpu[i - 1]} if cpu else {})}
         values = {"stage": str(stages[i - 1] if stages else 1), "step": str(i),
                   "extra": json.dumps(extra).replace('"', '""')}
         rows.append(",".join(f'"{values[c]}"' if c == "extra" else values.get(c, "") for c in COLUMNS))
     path.write_text("\n".join([header, *rows]) + "\n")
 
 
-def test_grpo_seconds_sums_step_times(tmp_path):
-    _metrics_csv(tmp_path / "metrics.csv", [1.5, 2.0, 0.5])
-    assert control.grpo_seconds(tmp_path / "metrics.csv") == pytest.approx(4.0)
+def test_grpo_seconds_sums_step_cpu_times_or_for_older_runs_step_times(tmp_path):
+    _metrics_csv(tmp_path / "old.csv", [1.5, 2.0, 0.5])
+    assert control.grpo_seconds(tmp_path / "old.csv") == (pytest.approx(4.0), "wall")
+    _metrics_csv(tmp_path / "new.csv", [1.5, 2.0, 0.5], cpu=[3.0, 3.5, 1.0])
+    assert control.grpo_seconds(tmp_path / "new.csv") == (pytest.approx(7.5), "cpu")
     with pytest.raises(control.ControlError, match="no GRPO steps"):
         control.grpo_seconds(tmp_path / "absent.csv")
+    warm = {"tokens_per_s": 100.0, "tokens_per_cpu_s": 50.0}
+    assert control.control_token_budget(10.0, warm, "cpu") == 500 and control.control_token_budget(10.0, warm) == 1000
+    assert control.control_token_budget(10.0, {"tokens_per_s": 100.0}, "cpu") == 1000  # a warm start without CPU time
 
 
 def test_control_data_never_reuses_warm_start_seeds():
-    from cells.step_15_train_stage1 import SFT_STAGE_SEED_STRIDE
+    from cells.training.sft_data import SFT_STAGE_SEED_STRIDE
 
     profile = get_profile("cpu-smoke")
     convs = control.control_conversations(profile, 6)
@@ -53,8 +60,7 @@ def test_control_data_never_reuses_warm_start_seeds():
 def test_control_data_follow_the_warm_starts_recipe_with_its_drills():
     """Same recipe as step 15 (both kinds of drills, turn budgets), so the control's length per example is the warm
     start's."""
-    from cells.step_15_train_stage1 import sft_plan_item
-    from cells.training.sft_data import generate_conversations
+    from cells.training.sft_data import generate_conversations, sft_plan_item
 
     profile = get_profile("cpu-learn")
     assert (profile.sft_search_drills, profile.sft_booking_drills, profile.sft_recovery_drills,
@@ -251,12 +257,15 @@ def test_raft_rounds_stop_once_the_measured_budget_is_spent():
     assert spend(0.0, round_of(1.0), clock) == []  # a stage GRPO never trained: none
 
 
-def test_raft_matches_grpos_seconds_per_stage_and_counts_its_episodes(tmp_path):
-    from cells.bench.raft import cosine_lr, grpo_episodes, grpo_stage_seconds
+def test_raft_matches_grpos_compute_per_stage_and_counts_its_episodes(tmp_path):
+    from cells.bench.raft import CLOCKS, cosine_lr, grpo_episodes
+    from cells.training.metrics import grpo_compute_seconds
 
-    _metrics_csv(tmp_path / "m.csv", [1.0, 2.0, 3.0, 4.0], stages=[1, 2, 2, 3], resampled=[0, 1, 0, 2])
-    assert grpo_stage_seconds(tmp_path / "m.csv") == {1: 1.0, 2: 5.0, 3: 4.0}
-    assert sum(grpo_stage_seconds(tmp_path / "m.csv").values()) == control.grpo_seconds(tmp_path / "m.csv")
+    _metrics_csv(tmp_path / "m.csv", [1.0, 2.0, 3.0, 4.0], stages=[1, 2, 2, 3], resampled=[0, 1, 0, 2],
+                 cpu=[2.0, 4.0, 6.0, 8.0])
+    assert grpo_compute_seconds(tmp_path / "m.csv") == ({1: 2.0, 2: 10.0, 3: 8.0}, "cpu")
+    assert sum(grpo_compute_seconds(tmp_path / "m.csv")[0].values()) == control.grpo_seconds(tmp_path / "m.csv")[0]
+    assert CLOCKS["cpu"] is time.process_time and CLOCKS["wall"] is time.perf_counter
     profile = dataclasses.replace(get_profile("cpu-learn"), prompts_per_step=2, num_generations=8)
     assert grpo_episodes(tmp_path / "m.csv", profile) == (4 * 2 + 3) * 8  # resampled groups are played too
     assert cosine_lr(1.0, 0.0, 10.0) == 1.0 and cosine_lr(1.0, 5.0, 10.0) == pytest.approx(0.5)

@@ -7,6 +7,7 @@
   `docs/design.md#...` reference in the code names a section that exists.
 - The README's results-at-a-glance block is what `python -m cells results` writes from `docs/results.md`, and its
   split glance what `python -m cells splits --pool --docs` writes from `docs/results/splits_pooled.json`.
+- The README's Python example runs as written, and every `README "Section"` a file points to is a README heading.
 """
 
 from __future__ import annotations
@@ -176,3 +177,32 @@ def test_the_pooled_split_results_recompute_from_the_records_kept_in_the_reposit
                         ROOT / pooled["oracle"]["dir"] if pooled.get("oracle") else None, out=tmp_path / "again.json")
     again = json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))
     assert again["sets"] == pooled["sets"] and again["targets"] == pooled["targets"]
+
+
+def test_the_readmes_python_example_runs_as_written(capsys):
+    """The ten-line `DriftCallEnv` example under "The environment on one screen": reset, step, reward."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## The environment on one screen", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert len(code.strip().splitlines()) <= 12
+    namespace: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # the README's own example
+    obs, rewards = namespace["obs"], namespace["rewards"]
+    assert obs.done and obs.reward == 0.0 and rewards.r_task == 0.0  # an honest failure earns 0, as it says
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].startswith("['") and "payment.get_token" in printed[1]
+    assert printed[2].startswith("ok {'payment_token': 'tok_payments.basic_")
+
+
+README_SECTION = re.compile(r"README(?:'s)? \"([A-Z][^\"\n]*)\"")
+
+
+def test_every_readme_section_a_file_names_exists():
+    """Files say `see README "Versions"`; the section must be there (it once lived only in docs/contributing.md)."""
+    headings = {m.group(1).strip() for m in re.finditer(r"^#{2,3} (.+)$", README.read_text(encoding="utf-8"),
+                                                          flags=re.MULTILINE)}
+    files = [*ROOT.glob("requirements*.txt"), ROOT / "Makefile", *product_files(), *sorted((ROOT / "docs").glob("*.md"))]
+    named = {(p.name, m.group(1)) for p in files if p.is_file() for m in README_SECTION.finditer(p.read_text("utf-8"))}
+    assert named, "the check found no reference to check: the pattern is stale"
+    missing = sorted(f"{name}: README \"{section}\"" for name, section in named if section not in headings)
+    assert not missing, f"no such README section: {missing}"

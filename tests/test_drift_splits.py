@@ -156,8 +156,7 @@ def _smoke_gen(**changes):
 
 def test_cpu_gen_trains_on_generated_drift_within_its_split():
     from cells.step_10_env import grpo_drift_pool, stage_env_factories
-    from cells.step_15_train_stage1 import sft_plan_item
-    from cells.training.sft_data import field_drill_domains, generate_conversations
+    from cells.training.sft_data import field_drill_domains, generate_conversations, sft_plan_item
 
     gen = PROFILES["cpu-gen"]
     assert (gen.drift_split, gen.drift_source, gen.drift_train_instances) == ("latin-gen", "both", -1)

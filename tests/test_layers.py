@@ -1,28 +1,32 @@
 """Layers point one way, and no module imports itself back.
 
-    data model < world (vendors, drift and its families, tasks) < rewards < env (with its action grammar) < agent (policies,
-    prompt, rollout) < modeling < modeling steps (12-14) < evaluation < training < training steps (15-17)
-    < evaluation steps (18-25) and the run readers < tools (benchmarks, the control, the runner, the CLI)
+    data model (with the `Context` the steps hand on, and the profile) < world (vendors, drift and its families,
+    tasks) < rewards < env (with its action grammar) < agent (policies, prompt, rollout) < modeling < modeling steps (12-14)
+    < evaluation < training < training steps (15-17) < evaluation steps (18-25) and the run readers
+    < tools (benchmarks, the control, the runner, the CLI)
 
 A package sits below the step modules that face it: `cells/modeling/`, `cells/evaluation/` and `cells/training/`
 are the engines the steps coordinate, so a helper there never reaches back up into a step. The evaluation
 engine (held-out plans, the runner, records, reports, statistics) sits below training because step 15 checks
 its warm start on held-out seeds with it; the evaluation steps sit above training, with the run readers
-(`evaluation/results.py`, `evaluation/diagnose.py`), which read what every step wrote. The rules, every import
-under cells/ (lazy ones inside functions, relative ones) included:
+(`evaluation/results.py`, `evaluation/diagnose.py`), which read what every step wrote. The runner
+(`cells.pipeline`: the step registry and `run`) is a tool: it imports every step, and no step imports it; the
+`Context` every step takes lives at the bottom (`cells.context`). The rules, every import under cells/ (lazy ones
+inside functions, relative ones, and type-only ones under `if TYPE_CHECKING:`) included:
 
 1. an import goes to the same layer or a lower one;
 2. a step imports no later step (the notebook's reading order);
-3. the runner (`cells.pipeline`) is imported below the tools layer only for the `Context` annotation, under
-   `if TYPE_CHECKING:` (every step's `run(ctx)` takes one);
-4. no import cycle between modules at run time (imports under `if TYPE_CHECKING:` never run).
+3. no import cycle between modules at run time (imports under `if TYPE_CHECKING:` never run);
+4. no cycle at all, type-only imports included, through the runner or the `Context`'s module.
 
+A type-only import depends on the definition it names, so it counts where that name is defined: a name a module
+merely re-exports (`from cells.pipeline import Context`) resolves to its home (`cells.context`).
 A new module must be placed in a layer here.
 """
-
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -30,12 +34,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, str], ...] = (
-    ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|distributed|datamodel)(\..+)?"),
+    ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|distributed|datamodel|context|profiles)(\..+)?"),
     ("world", r"cells\.(step_0[5-7]_\w+|vendors|tasks|drift)(\..+)?"),
     ("rewards", r"cells\.(step_08_\w+|rewards)(\..+)?"),
     ("env", r"cells\.(step_09_\w+|step_10_\w+|actions|openenv_env|server)(\..+)?"),
     ("agent", r"cells\.(step_11_\w+|agent)(\..+)?"),
-    ("modeling", r"cells\.modeling(\..+)?"),
+    ("modeling", r"cells\.(modeling|trl_env)(\..+)?"),
     ("modeling steps", r"cells\.step_1[2-4]_\w+(\..+)?"),
     ("evaluation", r"cells\.evaluation(?!\.(results|diagnose)\b)(\..+)?"),
     ("training", r"cells\.training(\..+)?"),
@@ -43,8 +47,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("evaluation steps", r"cells\.(step_(1[89]|2\d)_\w+|evaluation\.(results|diagnose))(\..+)?"),
     ("tools", r"cells(\.(pipeline|__main__|reloading|bench)(\..+)?)?"),
 )
-TOOLS = len(LAYERS) - 1
-RUNNER = "cells.pipeline"
+RUNNER, CONTEXT = "cells.pipeline", "cells.context"
 STEP = re.compile(r"cells\.step_(\d\d)_\w+")
 
 
@@ -69,6 +72,14 @@ def _type_only_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
+def _from_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads, relative imports resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    return ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+
+
 def imports_in(source: str, module: str, is_package: bool = False) -> list[tuple[str, int, bool]]:
     """(imported module or module.name, line, type-only) for every import in `source`, however deeply nested."""
     package = module if is_package else module.rpartition(".")[0]
@@ -79,25 +90,56 @@ def imports_in(source: str, module: str, is_package: bool = False) -> list[tuple
         if isinstance(node, ast.Import):
             out += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            out += [(base, node.lineno)] + [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
+            base = _from_base(node, package)
+            # a type-only `from m import name` depends on `name`'s definition, not on running `m`
+            out += [] if node.lineno in type_only else [(base, node.lineno)]
+            out += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
     return [(name, line, line in type_only) for name, line in out if name.startswith("cells.")]
 
 
+@functools.cache
+def _reexports(module: str) -> dict[str, str]:
+    """Names `module` binds at its top level by a `from cells.x import name` -> `cells.x.name`."""
+    path = MODULES.get(module)
+    if path is None:
+        return {}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and (base := _from_base(node, package)).startswith("cells."):
+            out.update({alias.asname or alias.name: f"{base}.{alias.name}" for alias in node.names})
+    return out
+
+
+def definition_of(name: str) -> str:
+    """Where an imported `cells.` name is defined, following the re-exports of the modules it passes through
+    (`cells.pipeline.Context` -> `cells.context.Context`); a module, or a name its module defines, is itself."""
+    seen = set()
+    while name not in seen:
+        seen.add(name)
+        home = _home(name, set(MODULES))
+        target = _reexports(home).get(name[len(home) + 1:].split(".")[0]) if home and home != name else None
+        if target is None:
+            return name
+        name = target
+    return name
+
+
+def imports_resolved(source: str, module: str, is_package: bool = False) -> list[tuple[str, int, bool]]:
+    """`imports_in`, each type-only import counted where its name is defined (`definition_of`): it never runs, so
+    it depends on the definition, not on the module that re-exports it."""
+    return [(definition_of(name) if type_only else name, line, type_only)
+            for name, line, type_only in imports_in(source, module, is_package)]
+
+
 def violations(module: str, source: str, is_package: bool = False) -> list[str]:
-    """Rules 1-3 of the module docstring, as one line per offending import."""
+    """Rules 1-2 of the module docstring, as one line per offending import."""
     mine = layer_of(module)
     step = STEP.fullmatch(module)
     found = []
-    for name, line, type_only in imports_in(source, module, is_package):
+    for name, line, _ in imports_resolved(source, module, is_package):
         theirs = layer_of(name)
-        if name == RUNNER or name.startswith(RUNNER + "."):
-            if mine != TOOLS and not (type_only and name in (RUNNER, f"{RUNNER}.Context")):
-                found.append(f"line {line}: {name}: the runner, below the tools layer (only `Context`, type-only)")
-        elif mine is not None and theirs is not None and theirs > mine:
+        if mine is not None and theirs is not None and theirs > mine:
             found.append(f"line {line}: {name} ({LAYERS[theirs][0]}) from {LAYERS[mine][0]}")
         if step and (later := STEP.match(name)) and int(later.group(1)) > int(step.group(1)):
             found.append(f"line {line}: {name}: a later step than {module}")
@@ -105,7 +147,7 @@ def violations(module: str, source: str, is_package: bool = False) -> list[str]:
 
 
 def imports_of(path: Path) -> list[tuple[str, int, bool]]:
-    return imports_in(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+    return imports_resolved(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
 
 
 SOURCES = sorted((ROOT / "cells").rglob("*.py"))
@@ -159,12 +201,13 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-def runtime_graph() -> dict[str, set[str]]:
-    """module -> the modules it imports at run time (lazy ones too; a package's own `__init__` left out)."""
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
+    """module -> the modules it imports at run time (lazy ones too), and with `type_only` also those it imports
+    under `if TYPE_CHECKING:`; a package's own `__init__` left out."""
     names = set(MODULES)
     graph = {}
     for module, path in MODULES.items():
-        homes = {_home(name, names) for name, _, type_only in imports_of(path) if not type_only}
+        homes = {_home(name, names) for name, _, only_typing in imports_of(path) if type_only or not only_typing}
         graph[module] = {h for h in homes if h and h != module and not module.startswith(h + ".")}
     return graph
 
@@ -172,7 +215,15 @@ def runtime_graph() -> dict[str, set[str]]:
 def test_no_import_cycles():
     """A cycle hidden behind a lazy import still ties the modules together: each must be importable, testable and
     understandable without the other. Open one by moving what both need into a module below them."""
-    assert import_cycles(runtime_graph()) == []
+    assert import_cycles(import_graph()) == []
+
+
+def test_no_cycle_runs_through_the_runner_or_the_context():
+    """Type-only imports included: the runner imports every step (by name) and its lazy helpers, each step takes the
+    `Context` from below them all, and the `Context`'s module names nothing that takes it back."""
+    cycles = import_cycles(import_graph(type_only=True))
+    assert [c for c in cycles if RUNNER in c or CONTEXT in c] == []
+    assert all(layer_of(m) == 0 for m in import_graph(type_only=True)[CONTEXT]), "the Context's module points up"
 
 
 def test_the_checker_sees_lazy_and_relative_upward_imports():
@@ -197,10 +248,15 @@ def test_the_finer_layers_catch_what_the_coarse_one_missed(module, source):
     assert violations(module, source) != []
 
 
-def test_the_context_annotation_may_name_the_runner():
+def test_a_type_only_import_counts_where_its_name_is_defined():
+    """The runner re-exports `Context` from its home at the bottom, so annotating with it through the runner is
+    fine; any name the runner itself defines is the tools layer, type-only or not."""
+    assert definition_of("cells.pipeline.Context") == "cells.context.Context"
+    assert definition_of("cells.pipeline.make_context") == "cells.pipeline.make_context"
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cells.pipeline import Context\n"
     assert violations("cells.step_04_datatypes", source) == []
     assert violations("cells.step_04_datatypes", source.replace("Context", "make_context")) != []
+    assert violations("cells.step_04_datatypes", source.replace("pipeline import Context", "step_10_env import X"))
 
 
 def test_the_cycle_check_catches_a_lazy_cycle():
@@ -230,17 +286,17 @@ def _language_lists(path: Path, languages: set[str]) -> list[int]:
 
 
 def test_the_language_list_is_declared_once():
-    """Only step 2 spells out the five languages; everyone else derives from `LANGUAGES`. (step 14's
+    """Only the profile spells out the five languages; everyone else derives from `LANGUAGES`. (step 14's
     `LanguageCode` is a typing Literal, which cannot be derived: it is checked equal instead.)"""
     import typing
 
-    from cells.step_02_profiles import LANGUAGES
+    from cells.profiles.profile import LANGUAGES
     from cells.step_14_trainer import LanguageCode
 
-    home = ROOT / "cells" / "step_02_profiles.py"
+    home = ROOT / "cells" / "profiles" / "profile.py"
     spelled = [f"{p.relative_to(ROOT)}:{line}" for p in SOURCES if p != home
                for line in _language_lists(p, set(LANGUAGES))]
-    assert spelled == [], f"derive these from step_02_profiles.LANGUAGES: {spelled}"
+    assert spelled == [], f"derive these from cells.profiles.profile.LANGUAGES: {spelled}"
     assert typing.get_args(LanguageCode) == LANGUAGES
 
 

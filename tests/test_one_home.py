@@ -111,13 +111,13 @@ def _int_literals(path: Path, values: set[int]) -> list[int]:
 
 
 def test_seed_range_bounds_are_declared_once():
-    """Only step 2 spells out where the train/probe/eval seed ranges start and stop (`SEED_RANGES`)."""
-    from cells.step_02_profiles import SEED_RANGES
+    """Only the seeding module spells out where the train/probe/eval seed ranges start and stop (`SEED_RANGES`)."""
+    from cells.datamodel.seeding import SEED_RANGES
 
     bounds = {b for r in SEED_RANGES for b in (r.start, r.stop)} - {0}
-    home = ROOT / "cells" / "step_02_profiles.py"
+    home = ROOT / "cells" / "datamodel" / "seeding.py"
     spelled = [f"{_rel(p)}{line}" for p in SOURCES if p != home for line in _int_literals(p, bounds)]
-    assert spelled == [], f"derive these from step_02_profiles.SEED_RANGES (e.g. EVAL_SEEDS.start): {spelled}"
+    assert spelled == [], f"derive these from datamodel.seeding.SEED_RANGES (e.g. EVAL_SEEDS.start): {spelled}"
 
 
 def test_the_seed_check_catches_a_copy(tmp_path):

@@ -510,3 +510,15 @@ def test_without_run_files_the_command_keeps_the_section_and_rewrites_the_glance
     assert results.main(["--run-dir", str(tmp_path / "nothing"), "--readme", str(docs), "--glance", str(readme)]) == 0
     assert docs.read_text() == kept and "kept the existing section" in capsys.readouterr().out
     assert "| [`cpu-learn`](docs/results.md) |" in readme.read_text() and readme.read_text().endswith("\nend\n")
+
+
+@pytest.mark.parametrize(("cell", "words"), [
+    ("-1.7 pts [-8.3, +5.0]", "GRPO does not add to the warm start on drifted episodes: the paired 95% interval spans 0"),
+    ("+11.7 pts [+5.0, +20.0]", "GRPO adds to the warm start on drifted episodes: the paired 95% interval lies above 0"),
+    ("-9.0 pts [-15.0, -2.0]", "GRPO loses against the warm start on drifted episodes"),
+])
+def test_the_glance_says_in_words_what_the_headline_runs_grpo_column_shows(cell, words):
+    """The sentence under the glance is generated from the table's own cell, so it cannot go stale."""
+    row = ["[`cpu-learn`](docs/results.md)", "0.0%", "90.0%", "90.0%", "—", "100.0%", cell, "34.0 min"]
+    assert words in results._headline_sentence(["cpu-learn", "cpu-smoke"], [row])
+    assert results._headline_sentence(["cpu-smoke"], [row]) == ""  # no headline run, no sentence

@@ -13,7 +13,7 @@ import json
 import pytest
 from tiny import grpo_factory, tiny_model, tiny_tokenizer
 
-from cells.pipeline import Context
+from cells.context import Context
 from cells.step_02_profiles import get_profile
 from cells.step_04_datatypes import canonical_json
 from cells.training.checkpoints import (
@@ -25,7 +25,8 @@ from cells.training.checkpoints import (
     stage_knobs,
 )
 from cells.training.curriculum import run_stage
-from cells.training.stages import guard_warm_start, run_context_stage, stage_dir, training_root
+from cells.training.grpo_stage import run_grpo_stage
+from cells.training.stages import guard_warm_start, stage_dir, training_root
 
 SMOKE = get_profile("cpu-smoke")
 
@@ -181,32 +182,32 @@ def test_preflight_only_guards_runs_that_train(tmp_path):
 def test_stages_reuse_same_knobs_refuse_changed_ones_and_fresh_starts_over(tmp_path):
     ctx = _ctx(tmp_path)
     _save_warm_start(ctx)
-    s1 = run_context_stage(ctx, 1, _builder)
-    s2 = run_context_stage(ctx, 2, _builder)
+    s1 = run_grpo_stage(ctx, 1, _builder)
+    s2 = run_grpo_stage(ctx, 2, _builder)
     assert (s1.trained_steps, s2.trained_steps) == (2, 1)
 
     # same knobs, new session: both stages reused, nothing trained
     rerun = _ctx(tmp_path)
-    assert run_context_stage(rerun, 1, _builder).trained_steps == 0
-    assert run_context_stage(rerun, 2, _builder).trained_steps == 0
+    assert run_grpo_stage(rerun, 1, _builder).trained_steps == 0
+    assert run_grpo_stage(rerun, 2, _builder).trained_steps == 0
 
     # a changed GRPO knob: stage 1 refuses; stage 2 refuses its predecessor (stage 1) the same way
     changed = _ctx(tmp_path, learning_rate=1e-3)
     with pytest.raises(RunDirMismatchError, match=r"learning_rate: 0\.0005 -> 0\.001"):
-        run_context_stage(changed, 1, _builder)
+        run_grpo_stage(changed, 1, _builder)
     with pytest.raises(RunDirMismatchError, match="GRPO stage 1 checkpoint"):
-        run_context_stage(changed, 2, _builder)
+        run_grpo_stage(changed, 2, _builder)
     # another profile: refused by the GRPO stage too, not only by the warm start
     with pytest.raises(RunDirMismatchError, match='profile: "cpu-smoke" -> "cpu-learn"'):
-        run_context_stage(_ctx(tmp_path, profile=get_profile("cpu-learn")), 1, _builder)
+        run_grpo_stage(_ctx(tmp_path, profile=get_profile("cpu-learn")), 1, _builder)
 
     # --fresh: the first training step deletes training/, then everything trains under the new knobs
     changed.fresh = True
     adapter = _save_warm_start(changed)
     assert changed.fresh is False and not (stage_dir(changed, 2)).exists()
     assert read_meta(adapter).knobs_digest == knobs_digest(stage_knobs(changed.profile, 0))
-    assert run_context_stage(changed, 1, _builder).trained_steps == 2  # not wiped again by stage 2
-    assert run_context_stage(changed, 2, _builder).trained_steps == 1
+    assert run_grpo_stage(changed, 1, _builder).trained_steps == 2  # not wiped again by stage 2
+    assert run_grpo_stage(changed, 2, _builder).trained_steps == 1
     meta = read_meta(changed.trainer_state["stage2"].checkpoint)
     assert meta.knobs["learning_rate"] == 1e-3 and meta.stage == 2
 

@@ -3,6 +3,7 @@ import itertools
 
 import pytest
 
+from cells.datamodel.seeding import SeedRangeError
 from cells.step_02_profiles import (
     EVAL_SEEDS,
     PROBE_SEEDS,
@@ -71,7 +72,7 @@ def test_seed_ranges_are_disjoint_and_ordered():
         assert end <= start
     assert 5 in TRAIN_SEEDS and 5 not in EVAL_SEEDS
     assert EVAL_SEEDS.seed(0) in EVAL_SEEDS and EVAL_SEEDS.seed(0) not in PROBE_SEEDS
-    with pytest.raises(ProfileError):
+    with pytest.raises(SeedRangeError):
         EVAL_SEEDS.seed(EVAL_SEEDS.stop - EVAL_SEEDS.start)
 
 
@@ -80,8 +81,8 @@ def test_one_prompt_per_step_is_enough():
 
 
 def test_turn_budgets_are_a_profile_knob_that_reaches_every_env_the_pipeline_builds(tmp_path):
+    from cells.context import Context
     from cells.evaluation.runner import env_for_case, eval_plan, make_spec
-    from cells.pipeline import Context
     from cells.step_02_profiles import TURN_BUDGETS
     from cells.step_10_env import STAGE_TURN_BUDGETS, stage_env_factories
     from cells.step_15_train_stage1 import expert_conversations_for
@@ -186,7 +187,8 @@ def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarat
         "temperature", "top_p", "prompts_per_step", "gradient_accumulation_steps", "learning_rate", "max_grad_norm",
         "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage", "grpo_failure_candidates",
         "grpo_reinforced_share", "grpo_resample_rounds", "grpo_resample_on",
-        "grpo_scale_rewards", "grpo_success_advantage"}
+        "grpo_scale_rewards", "grpo_success_advantage", "grpo_keep", "grpo_step_advantage", "grpo_reference",
+        "grpo_clip_high"}
     assert sorted(SKIPPED_KNOBS) == ["language_weights"]
 
 
@@ -213,3 +215,17 @@ def test_the_embedded_tables_are_what_the_profiles_command_writes(index):
     expected = (presets_markdown, knobs_markdown)[index]()
     assert written.split("\n", 2)[2].strip("\n") == expected.strip("\n"), (
         f"{path}'s {name} block is stale: run `python -m cells profiles --docs`")
+
+
+def test_allowed_values_are_declared_on_the_knob_and_read_from_there():
+    """`grpo_resample_on`'s values and `grpo_resample_rounds`' cap live on the knobs: every profile checks them, the
+    trainer reads them (`knob_choices`, `knob_cap`) and the docs table says them."""
+    from cells.step_02_profiles import knob_cap, knob_choices, knobs_markdown
+
+    assert knob_choices("grpo_resample_on") == ("reward", "success") and knob_cap("grpo_resample_rounds") == 8
+    assert knob_choices("precision") == ("fp32", "bf16", "fp16") and knob_choices("learning_rate") == ()
+    with pytest.raises(ProfileError, match="grpo_resample_rounds must be in \\[0, 8\\]"):
+        dataclasses.replace(Profile(), grpo_resample_rounds=9)
+    with pytest.raises(ProfileError, match="declares no cap"):
+        knob_cap("learning_rate")
+    assert "; one of `reward`, `success` |" in knobs_markdown() and "; at most 8 |" in knobs_markdown()

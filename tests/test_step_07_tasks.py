@@ -218,8 +218,8 @@ def test_weighted_language_mix_and_bad_arguments() -> None:
 # ---------------------------------------------------------------------------------------------
 
 _DIGEST_SNIPPET = (
-    "import hashlib; from cells.step_07_tasks import generate\n"
-    "w = {'hi': 1, 'ta': 1, 'kn': 1, 'en': 1, 'hinglish': 1}\n"
+    "import hashlib; from cells.step_04_datatypes import LANGUAGES; from cells.step_07_tasks import generate\n"
+    "w = dict.fromkeys(LANGUAGES, 1)\n"
     "h = hashlib.sha256()\n"
     "for s in range(50): h.update(generate(s * 7919, 1 + s % 3, w).to_json().encode())\n"
     "print(h.hexdigest())\n"
@@ -257,7 +257,7 @@ def test_import_is_light_and_fast() -> None:
 
 def test_spoken_forms() -> None:
     expected = {"hi": "2 मई", "ta": "மே 2", "kn": "ಮೇ 2", "en": "2 May", "hinglish": "2 May"}
-    assert {lang: spoken_date("2026-05-02", lang) for lang in LANGUAGES} == expected
+    assert {lang: spoken_date("2026-05-02", lang) for lang in expected} == expected  # a sixth language may follow
     assert spoken_time("07:30", "hi") == "सुबह 7:30 बजे" and spoken_time("18:00", "en") == "6 pm"
     assert spoken_time("12:00", "ta") == "மதியம் 12 மணி"
     assert money(750) == "₹750" and money(12500) == "₹12,500" and money(125000) == "₹1,25,000"
@@ -274,10 +274,11 @@ def test_script_of() -> None:
 
 
 def test_template_validation_rejects_bad_data() -> None:
+    cab = {"devanagari": "कैब", "tamil": "கேப்", "kannada": "ಕ್ಯಾಬ್", "latin": "cab"}  # in each language's script
     good = {"id": "x.t", "domain": "cab", "intent": "book_cab", "constraints": ["budget", "vehicle_class"],
-            "budget": [300, 900], "phrasings": {lang: ["{city} a", "{city} b"] for lang in LANGUAGES}}
-    good["phrasings"].update(hi=["{city} में कैब", "{city} कैब"], ta=["{city_in} கேப்", "கேப் {city}"],
-                             kn=["{city_in} ಕ್ಯಾಬ್", "ಕ್ಯಾಬ್ {city}"])
+            "budget": [300, 900], "phrasings": {lang: [f"{{city}} {cab[LANGUAGE_SCRIPT[lang]]}",
+                                                       f"{cab[LANGUAGE_SCRIPT[lang]]} {{city}}"] for lang in LANGUAGES}}
+    good["phrasings"].update(ta=["{city_in} கேப்", "கேப் {city}"], kn=["{city_in} ಕ್ಯಾಬ್", "ಕ್ಯಾಬ್ {city}"])
     assert catalog._parse_template(good).id == "x.t"
     cases = [
         ({"domain": "payment"}, "payment is never a goal"),
@@ -447,12 +448,12 @@ def test_eval_seeds(lang: str) -> None:
 
 
 def test_run_writes_sample_goals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from cells.pipeline import Context
+    from cells.context import Context
 
     ctx = run(Context(profile=get_profile("cpu-smoke"), run_dir=tmp_path))
     lines = (tmp_path / "sample_goals.jsonl").read_text(encoding="utf-8").splitlines()
     goals = [GoalSpec.from_dict(json.loads(line)) for line in lines]
-    assert len(goals) == 15 and ctx.artifacts["sample_goals"] == tmp_path / "sample_goals.jsonl"
+    assert len(goals) == 3 * len(LANGUAGES) and ctx.artifacts["sample_goals"] == tmp_path / "sample_goals.jsonl"
     assert {(g.stage, g.language) for g in goals} == {(s, lang) for s in (1, 2, 3) for lang in LANGUAGES}
     assert "sample goals" in capsys.readouterr().out
 

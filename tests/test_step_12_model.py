@@ -288,3 +288,78 @@ def test_an_id_tokenizes_the_same_where_it_was_shown_and_where_the_agent_copies_
         in_call = _value_tokens(tok, action, value)
         assert in_call is not None, (value, action)
         assert in_call == _value_tokens(tok, earlier, value), (value, earlier[-300:], action)
+
+
+# --- the versioned tokenizer ----------------------------------------------------------------------------------
+
+
+def test_every_preset_vocabulary_has_its_committed_tokenizer():
+    from cells.step_02_profiles import PROFILES
+
+    for vocab in sorted({p.tiny.vocab_size for p in PROFILES.values() if p.tiny is not None}):
+        tok = tiny.versioned_tokenizer(vocab)
+        assert tok is not None, f"run `python -m cells.modeling.tiny --write` for vocab {vocab}"
+        assert len(tok) <= vocab and tok.convert_tokens_to_ids(list(tiny.SPECIAL_TOKENS)) == list(range(6))
+        assert all(len(tok.tokenize(f"{i:02d}")) == 1 for i in range(100))
+        assert tok.decode(tok.encode(SCRIPTS["ta"], add_special_tokens=False)) == SCRIPTS["ta"]
+
+
+def test_a_written_tokenizer_version_is_never_overwritten():
+    vocab = get_profile("cpu-learn").tiny.vocab_size
+    with pytest.raises(tiny.TokenizerBuildError, match="bump TOKENIZER_VERSION"):
+        tiny.write_versioned_tokenizers([vocab], texts=("unused",))
+
+
+def _weights_digest(model) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _warm_start_digest(run: os.PathLike, monkeypatch, corpus=None) -> tuple[str, str]:
+    """(tokenizer file digest, warm-start weights digest) of cpu-smoke's tiny model after 2 SFT steps on two
+    expert conversations, with `corpus` standing in for the tokenizer corpus when given."""
+    import hashlib
+    from pathlib import Path
+
+    from cells.agent.play import expert_conversations
+    from cells.training.warm_start import sft_warm_start
+
+    if corpus is not None:
+        monkeypatch.setattr(tiny, "corpus_texts", corpus)
+    profile = get_profile("cpu-smoke")
+    model, tok, cache = tiny.build_or_load_tiny(profile.tiny, Path(run) / "tiny", profile.seed)
+    sft_warm_start(model, tok, expert_conversations(2, stage=2, seed=5), Path(run) / "ws", learning_rate=1e-3,
+                   batch_size=2, seed=profile.seed, max_steps=2)
+    return hashlib.sha256((cache / "tokenizer" / "tokenizer.json").read_bytes()).hexdigest(), _weights_digest(model)
+
+
+def test_an_unrelated_fixture_edit_changes_neither_the_tokenizer_nor_the_warm_start(tmp_path, monkeypatch):
+    """The tokenizer used to be trained from every fixture string, so editing a drift's description gave every
+    seed a different tokenizer and model. It is now the committed version: the same seed and recipe give the
+    same tokenizer and warm-start weights before and after such an edit; only a version bump retrains it."""
+    import functools
+    import shutil
+
+    from cells.step_03_data import DATA_DIR
+
+    edited = tmp_path / "data"
+    shutil.copytree(DATA_DIR, edited)
+    drifts = edited / "drifts.yaml"
+    text = drifts.read_text(encoding="utf-8")
+    old = 'description: "Flight results rename `price` to `total_fare_inr` and drop `currency`."'
+    assert old in text
+    drifts.write_text(text.replace(old, 'description: "Flight results now call the fare `total_fare_inr`."'),
+                      encoding="utf-8")
+    corpus = functools.partial(tiny.corpus_texts, data_dir=edited)
+    assert set(corpus()) != set(tiny.corpus_texts())  # the edit reaches the corpus ...
+    before = _warm_start_digest(tmp_path / "before", monkeypatch)
+    after = _warm_start_digest(tmp_path / "after", monkeypatch, corpus)
+    assert before == after  # ... and nothing the model is built or trained from
+    profile = get_profile("cpu-smoke")  # trained from that corpus (the old way), the tokenizer would differ
+    retrained = tiny.train_tokenizer(corpus(), profile.tiny.vocab_size)
+    assert retrained.backend_tokenizer.to_str() != tiny.versioned_tokenizer(profile.tiny.vocab_size).backend_tokenizer.to_str()

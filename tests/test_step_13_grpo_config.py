@@ -36,6 +36,15 @@ def test_cpu_config_is_a_real_grpo_config(tmp_path):
     assert batch.scale_rewards == "batch"
 
 
+def test_without_a_reference_beta_is_0_and_the_upper_clip_is_the_profiles(tmp_path):
+    prof = dataclasses.replace(get_profile("cpu-smoke"), grpo_reference=False, grpo_clip_high=0.28)
+    cfg = s13.build_grpo_config(prof, 2, tmp_path)
+    assert cfg.beta == 0.0 and cfg.epsilon == 0.2 and cfg.epsilon_high == 0.28
+    assert s13.build_grpo_config(get_profile("cpu-smoke"), 2, tmp_path).epsilon_high == 0.2  # the default: symmetric
+    with pytest.raises(ValueError, match="grpo_clip_high must be >= 0"):
+        dataclasses.replace(prof, grpo_clip_high=-0.1)
+
+
 def test_overrides_win_and_bad_stage_raises(tmp_path):
     prof = get_profile("cpu-smoke")
     cfg = s13.build_grpo_config(prof, 1, tmp_path, max_steps=7, beta=0.0)

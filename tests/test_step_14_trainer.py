@@ -265,40 +265,42 @@ def test_callback_validates_and_ignores_other_events():
                                                     "_get_per_token_logps_and_entropies")
 
 
-class MinimalBase:
-    """The seed API's minimal base for tests without TRL: `add_callback` and nothing else."""
+def test_the_trainer_is_a_class_found_by_name_on_trls_grpo_trainer():
+    from trl import GRPOTrainer
 
-    def __init__(self, **kwargs):
-        self.init_kwargs = kwargs
-        self.added = []
+    from cells.modeling.grpo_trainer import DriftCallGRPOTrainer
 
-    def add_callback(self, callback):
-        self.added.append(callback)
-
-
-def _build_on(base, **kw):
-    cls = s14.make_driftcall_grpo_trainer_cls(base)
-    return cls(rollout_group_fn=lambda **_: ((), ()), env_factory=ToyEnv, reward_fn_driftcall=reward_fn,
-               args=None, **kw)
+    cls = s14.make_driftcall_grpo_trainer_cls()
+    assert cls is DriftCallGRPOTrainer is s14.make_driftcall_grpo_trainer_cls(GRPOTrainer)
+    assert cls.__bases__ == (GRPOTrainer,)
+    assert all(name in vars(cls) for name in s14.driftcall_grpo_trainer_methods())  # written in its class body
 
 
-def test_minimal_base_with_only_add_callback_constructs_and_registers_adaptive_kl():
-    trainer = _build_on(MinimalBase, adaptive_kl_target=0.2, adaptive_kl_beta_max=0.5)
+def test_a_grpo_trainer_subclass_of_yours_goes_under_ours_and_anything_else_is_refused():
+    from trl import GRPOTrainer
+
+    from cells.modeling.grpo_trainer import DriftCallGRPOTrainer
+
+    class Mine(GRPOTrainer):
+        pass
+
+    assert s14.make_driftcall_grpo_trainer_cls(Mine).__mro__[1:4] == (DriftCallGRPOTrainer, Mine, GRPOTrainer)
+    with pytest.raises(s14.TrainerSetupError, match=r"base_cls must be trl\.GRPOTrainer"):
+        s14.make_driftcall_grpo_trainer_cls(object)
+
+
+def test_adaptive_kl_is_registered_first_with_the_given_settings(tiny_cache, tmp_path):
+    from cells.modeling.grpo_trainer import _placeholder_reward
+
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), adaptive_kl_target=0.2,
+                           adaptive_kl_beta_max=0.5)
     cb = trainer.adaptive_kl_callback
-    assert trainer.added == [cb] and cb.trainer is trainer
+    assert trainer.callback_handler.callbacks[0] is cb and cb.trainer is trainer  # before the reporters
     assert (cb.target_kl, cb.beta_max) == (0.2, 0.5)
-    assert trainer.init_kwargs["reward_funcs"] == [s14._placeholder_reward]  # TRL's required kwarg is filled
-    assert _build_on(MinimalBase, enable_adaptive_kl=False).added == []
-
-
-def test_base_without_add_callback_is_refused_only_when_adaptive_kl_needs_it():
-    class Bare:
-        def __init__(self, **kwargs):
-            pass
-
-    with pytest.raises(s14.TrainerSetupError, match="add_callback"):
-        _build_on(Bare)
-    assert _build_on(Bare, enable_adaptive_kl=False).adaptive_kl_callback is None
+    assert trainer.reward_funcs == [_placeholder_reward]  # TRL's required kwarg is filled, never called
+    off = make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), enable_adaptive_kl=False)
+    assert off.adaptive_kl_callback is None
+    assert not any(isinstance(c, s14.AdaptiveKLCallback) for c in off.callback_handler.callbacks)
 
 
 def test_run_prints_the_profiles_adaptive_kl_settings(capsys):
@@ -308,26 +310,6 @@ def test_run_prints_the_profiles_adaptive_kl_settings(capsys):
     assert learn.adaptive_kl_target != s14.BETA_KL  # the line used to print the default whatever the profile
     s14.run(types.SimpleNamespace(profile=dataclasses.replace(learn, adaptive_kl=False)))
     assert f"fixed beta={s14.BETA_KL}" in capsys.readouterr().out
-
-
-def test_adaptive_kl_goes_through_add_callback_and_runs_first():
-    class Handler:
-        def __init__(self, callbacks):
-            self.callbacks = list(callbacks)
-
-    class WithHandler(MinimalBase):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            self.callback_handler = Handler(["default_flow", "metrics_writer"])
-
-        def add_callback(self, callback):
-            super().add_callback(callback)
-            self.callback_handler.callbacks.append(callback)
-
-    trainer = _build_on(WithHandler)
-    cb = trainer.adaptive_kl_callback
-    assert trainer.added == [cb]
-    assert trainer.callback_handler.callbacks == [cb, "default_flow", "metrics_writer"]
 
 
 # --- the real trainer -----------------------------------------------------------------------------
@@ -374,7 +356,7 @@ def test_model_token_scoring_matches_trls_fused_head_where_the_loss_reads(tiny_c
     with torch.no_grad():
         theirs, their_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(
             trainer, trainer.model, ids, attention, width, compute_entropy=True)
-        with s14_impl().scoring_model_tokens(trainer, batch):
+        with trainer._scoring_model_tokens(batch):
             ours, our_entropy, _ = trainer._get_per_token_logps_and_entropies(
                 trainer.model, ids, attention, width, batch_size=3, compute_entropy=True)
     assert torch.allclose(ours[scored], theirs[scored], atol=1e-5)
@@ -394,12 +376,6 @@ def test_model_token_scoring_matches_trls_fused_head_where_the_loss_reads(tiny_c
     their_loss, their_grads = loss_and_grads(lambda: GRPOTrainer._compute_loss(trainer, trainer.model, batch))
     assert torch.allclose(our_loss, their_loss, atol=1e-6) and set(our_grads) == set(their_grads)
     assert all(torch.allclose(our_grads[n], their_grads[n], atol=1e-6) for n in our_grads)
-
-
-def s14_impl():
-    from cells.modeling import multiturn_grpo
-
-    return multiturn_grpo
 
 
 def test_env_tokens_have_zero_weight_and_every_model_token_has_weight(tiny_cache):
@@ -550,10 +526,10 @@ def test_dynamic_sampling_stops_after_its_rounds_and_an_all_equal_step_still_tra
 
 
 def test_resample_rounds_outside_what_the_dataset_reserves_are_refused(tiny_cache, tmp_path):
-    from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS
+    from cells.step_02_profiles import knob_cap
 
     with pytest.raises(s14.TrainerSetupError, match="resample_rounds"):
-        make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), resample_rounds=MAX_RESAMPLE_ROUNDS + 1)
+        make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), resample_rounds=knob_cap("grpo_resample_rounds") + 1)
 
 
 def test_step_with_reward_spread_moves_adapter(tiny_cache, tmp_path):
@@ -822,3 +798,100 @@ def test_adapters_stay_unmerged_where_merging_could_not_be_exact_and_a_raising_b
         raise RuntimeError("mid-play")
     assert all(torch.equal(a, b) for a, b in zip(before, base_weights(model), strict=True))
     assert not any(layer.merged for layer in lora_layers(model))
+
+
+# --- which groups reach the update, step-level credit, the group trace (issue 59) -----------------------------
+
+
+def test_step_advantages_compare_the_episodes_that_stood_in_the_same_state():
+    from types import SimpleNamespace
+
+    from cells.modeling.grpo_batch import step_advantages
+
+    def traj(*turns):  # completion tokens, one tuple per turn; turn k's span follows turn k-1's
+        ids, spans = [], []
+        for turn in turns:
+            spans.append((len(ids), len(ids) + len(turn)))
+            ids.extend(turn)
+        return SimpleNamespace(completion_ids=tuple(ids), turn_spans=tuple(spans))
+
+    # Four episodes of one group: all share turn 0; at turn 1 two took action (5,) and two (6,); then each goes
+    # its own way. Only the episodes with the same tokens before a turn are compared at it.
+    group = [traj((1, 2), (5,), (7,)), traj((1, 2), (5,), (8,)), traj((1, 2), (6,), (9,)), traj((1, 2), (6,), (9,))]
+    rewards = [1.0, 0.0, 0.0, 0.0]
+    steps = step_advantages(group, rewards, 4, scale="none")
+    assert [round(s[0], 6) for s in steps] == [0.75, -0.25, -0.25, -0.25]  # turn 0: the whole group, as GRPO
+    assert [round(s[1], 6) for s in steps] == [0.75, -0.25, -0.25, -0.25]  # turn 1: still one state for all four
+    assert [round(s[2], 6) for s in steps] == [0.5, -0.5, 0.0, 0.0]  # turn 2: after (5,) the two part ways
+    scaled = step_advantages(group, rewards, 4, scale="group")
+    assert scaled[0][2] == pytest.approx(0.5 / (torch.tensor([1.0, 0.0]).std().item() + 1e-4), rel=1e-6)
+    assert scaled[0][0] == pytest.approx(0.75 / (torch.tensor(rewards).std().item() + 1e-4), rel=1e-6)
+    with pytest.raises(ValueError, match="whole groups"):
+        step_advantages(group[:3], rewards[:3], 4)
+
+
+def test_only_groups_with_a_success_contrast_reach_the_update(tiny_cache, tmp_path):
+    counter = [0]
+    # Group 1 has a success and failures; group 2's rewards differ by partial credit, but every episode fails.
+    rewards, tasks = [1.0, 0.0, 0.0, 0.0, 0.1, -0.2, 0.0, -0.1], [1.0, 0.0, 0.0, 0.0] + [0.0] * 4
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter, tasks=tasks),
+                           prompts_per_step=2, keep="success_contrast")
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(first_generation_batch(trainer))
+    t = torch.tensor(rewards[:4])
+    assert batch["completion_ids"].size(0) == 4  # group 2 never reaches the log-prob passes or the backward pass
+    assert torch.allclose(batch["advantages"], (t - t.mean()) / (t.std() + 1e-4), atol=1e-5)
+    logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    assert logged["groups/contrast_frac"] == 0.5 and logged["episodes/contrast_frac"] == 0.5
+    assert 0.0 < logged["tokens/updated_frac"] == logged["tokens/contrast_frac"] < 1.0
+    with pytest.raises(s14.TrainerSetupError, match="keep must be one of"):
+        make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), keep="some")
+
+
+def test_a_step_without_any_success_contrast_keeps_its_rows_and_moves_nothing(tiny_cache, tmp_path):
+    counter = [0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv([0.3, 0.0, -0.1, 0.2], counter, tasks=[0.0]),
+                           keep="success_contrast")
+    before = lora_state(trainer.model)
+    trainer.train()
+    assert all(torch.equal(before[n], after) for n, after in lora_state(trainer.model).items())
+    assert trainer.state.log_history[0]["groups/contrast_frac"] == 0.0
+
+
+def test_a_step_advantage_gives_each_turns_tokens_their_own_credit_and_the_loss_takes_it(tiny_cache, tmp_path):
+    counter = [0]
+    rewards = [1.0, 0.0, 0.5, 0.0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter), step_advantage=0.5)
+    trainer.model.train()
+    rows = first_generation_batch(trainer)
+    batch = trainer._generate_and_score_completions(rows)
+    adv = batch["advantages"]
+    assert adv.shape == batch["completion_ids"].shape  # (B, C): per token
+    t = torch.tensor(rewards)
+    episode = (t - t.mean()) / (t.std() + 1e-4)
+    model_tokens = batch["tool_mask"].bool()
+    # every episode shares only the turn-0 state (sampled turns differ): its first turn's tokens get 1.5x the episode
+    # advantage, the later ones the episode advantage alone
+    for row in range(4):
+        values = adv[row][model_tokens[row]]
+        first_turn = torch.isclose(values, 1.5 * episode[row], atol=1e-4)
+        later = torch.isclose(values, episode[row], atol=1e-4)
+        assert bool((first_turn | later).all()) and bool(first_turn[0]) and bool(later.any())
+    loss = trainer.compute_loss(trainer.model, batch)
+    assert torch.isfinite(loss)
+
+
+def test_the_group_trace_says_which_patterns_gave_successes_and_what_credit_they_got(tiny_cache, tmp_path):
+    from cells.training.signal import GROUP_TRACE, group_trace_report, read_group_trace
+
+    counter = [0]
+    rewards, tasks = [1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter, tasks=tasks),
+                           group_trace=str(tmp_path / GROUP_TRACE))
+    trainer.train()
+    records = read_group_trace(tmp_path)
+    assert len(records) == 1 and records[0]["successes"] == tasks and records[0]["step"] == 0
+    report = group_trace_report(records)
+    (_, row), = report.items()
+    assert row["groups"] == 1.0 and row["any_success"] == 1.0 and row["success_contrast"] == 1.0
+    assert row["success_rate"] == 0.25 and row["advantage_of_successes"] > 0 > row["advantage_of_failures"]

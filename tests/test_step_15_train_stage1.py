@@ -15,13 +15,12 @@ from safetensors.torch import load_file
 from tiny import Interrupted, crash_at_step_begin, grpo_factory, tiny_model, tiny_tokenizer
 
 from cells.agent.chat import ChatTemplateError, render_segments
-from cells.pipeline import Context
+from cells.context import Context
 from cells.step_01_setup import git_sha
 from cells.step_02_profiles import get_profile
 from cells.step_15_train_stage1 import (
     evaluate_warm_start,
     expert_conversations_for,
-    stage_split,
     warm_start_conversations,
 )
 from cells.training.checkpoints import (
@@ -35,7 +34,7 @@ from cells.training.checkpoints import (
     read_trainer_state,
 )
 from cells.training.curriculum import run_stage
-from cells.training.sft_data import IGNORE_INDEX, WarmStartError, tokenize_conversation
+from cells.training.sft_data import IGNORE_INDEX, WarmStartError, stage_split, tokenize_conversation
 from cells.training.warm_start import sft_warm_start, summarize_eval
 
 CONV = [
@@ -475,10 +474,10 @@ def test_pattern_set_labels_name_each_group_by_its_scheduled_drifts():
 
 
 def test_resample_rounds_past_the_trainers_reserve_are_refused_by_the_profile():
-    from cells.step_02_profiles import MAX_RESAMPLE_ROUNDS, ProfileError
+    from cells.step_02_profiles import ProfileError, knob_cap
 
     with pytest.raises(ProfileError, match="grpo_resample_rounds"):
-        dataclasses.replace(get_profile("cpu-smoke"), grpo_resample_rounds=MAX_RESAMPLE_ROUNDS + 1)
+        dataclasses.replace(get_profile("cpu-smoke"), grpo_resample_rounds=knob_cap("grpo_resample_rounds") + 1)
 
 
 def test_labelled_positions_loss_equals_the_models_own_loss():
@@ -667,8 +666,12 @@ def test_booking_drills_end_at_the_experts_first_booking_call_carrying_every_bin
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS
     from cells.step_07_tasks import generate
-    from cells.step_15_train_stage1 import sft_plan_item
-    from cells.training.sft_data import BOOKING_SEED_OFFSET, EpisodePlanItem, generate_conversations
+    from cells.training.sft_data import (
+        BOOKING_SEED_OFFSET,
+        EpisodePlanItem,
+        generate_conversations,
+        sft_plan_item,
+    )
 
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
     item = EpisodePlanItem(3, 6, weights, 0, search_drills=0.5, booking_drills=1.5)
@@ -733,7 +736,7 @@ def test_recovery_drills_end_at_the_experts_new_choice_after_a_refusal_listing_w
 def test_recovery_drills_come_from_the_drifted_stages_of_the_profile():
     from cells.agent.play import PlayError, collect_expert
     from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_15_train_stage1 import sft_plan_item
+    from cells.training.sft_data import sft_plan_item
 
     profile = dataclasses.replace(get_profile("cpu-smoke"), sft_recovery_drills=0.5)
     assert [sft_plan_item(profile, 10, stage, stage - 1).recoveries for stage in (1, 2, 3)] == [0, 5, 5]
@@ -749,12 +752,12 @@ def test_year_turn_drills_are_search_drills_on_goals_dated_in_the_next_year():
     from cells.agent.prompt import format_now
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_07_tasks import crosses_year, generate, in_later_year
-    from cells.step_15_train_stage1 import sft_plan_item
     from cells.training.sft_data import (
         YEAR_TURN_SEED_OFFSET,
         YEAR_TURN_SEEDS_PER,
         EpisodePlanItem,
         generate_conversations,
+        sft_plan_item,
     )
 
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
@@ -789,13 +792,13 @@ def test_field_drills_repair_a_call_with_a_field_its_tool_never_takes_once_the_v
     from cells.step_05_vendors import DEFAULT_FLAGS, TOOLS
     from cells.step_06_drift import demonstration_pool, drift_split
     from cells.step_07_tasks import generate
-    from cells.step_15_train_stage1 import sft_plan_item
     from cells.training.sft_data import (
         FIELD_DRILL_SEEDS_PER,
         FIELD_SEED_OFFSET,
         NO_LOSS_KEY,
         EpisodePlanItem,
         generate_conversations,
+        sft_plan_item,
     )
 
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
@@ -880,8 +883,8 @@ def test_an_assistant_turn_marked_no_loss_is_context_only():
 
 
 def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatch):
-    import cells.step_14_trainer as step_14
-    import cells.step_15_train_stage1 as step_15
+    import cells.modeling.grpo_trainer as grpo_trainer
+    import cells.training.grpo_stage as grpo_stage
     from cells.step_10_env import stage_env_factories
 
     built: dict[str, object] = {}
@@ -890,15 +893,15 @@ def test_stage_trainers_play_the_env_factory_step_10_stored(tmp_path, monkeypatc
         def __init__(self, **kwargs):
             built.update(kwargs)
 
-    monkeypatch.setattr(step_14, "make_driftcall_grpo_trainer_cls", lambda: Recorder)
-    monkeypatch.setattr(step_15, "ensure_grpo_policy", lambda ctx: None)
+    monkeypatch.setattr(grpo_trainer, "DriftCallGRPOTrainer", Recorder)
+    monkeypatch.setattr(grpo_stage, "ensure_grpo_policy", lambda ctx: None)
     profile = dataclasses.replace(get_profile("cpu-smoke"), turn_budgets=(5, 9, 11))
     ctx = Context(profile=profile, run_dir=tmp_path, tokenizer=tiny_tokenizer())
     ctx.env_factory = stage_env_factories(profile)
-    step_15.build_stage_trainer(ctx, 2, tmp_path / "stage2", [])
+    grpo_stage.build_stage_trainer(ctx, 2, tmp_path / "stage2", [])
     assert built["env_factory"] is ctx.env_factory[2]
     ctx.env_factory = None  # step 15 run alone: the same factories, built from the profile
-    step_15.build_stage_trainer(ctx, 3, tmp_path / "stage3", [])
+    grpo_stage.build_stage_trainer(ctx, 3, tmp_path / "stage3", [])
     assert built["env_factory"]().max_turns == 11
 
 
@@ -938,3 +941,41 @@ def test_bench_copy_measures_another_model_shape(capsys):
     with pytest.raises(SystemExit):
         cli(["bench", "copy", "--profile", "cpu-smoke", "--tiny", "num_hidden_layers"])
     assert "expected FIELD=INTEGER" in capsys.readouterr().err
+
+
+def test_where_a_runs_gradient_and_seconds_went_per_stage_and_per_pattern(tmp_path):
+    """`diagnose --signal` on a run directory written by hand: the stage table's shares and seconds per episode,
+    RAFT's line and the per-pattern table, from metrics.csv, the stages' groups.jsonl and the RAFT control's file."""
+    import json
+
+    from cells.evaluation.diagnose import SIGNAL_FILE, diagnose_signal
+    from cells.training.metrics import COLUMNS, logs_to_row
+    from cells.training.signal import GROUP_TRACE
+
+    (tmp_path / "profile.json").write_text(json.dumps({"name": "cpu-rl", "seed": 1234}))
+    training = tmp_path / "training"
+    (training / "stage2").mkdir(parents=True)
+    step = {"groups/contrast_frac": 0.5, "episodes/contrast_frac": 0.5, "tokens/contrast_frac": 0.6,
+            "tokens/updated_frac": 1.0, "time/rollout_s": 8.0, "time/logps_s": 2.0, "step_time": 26.0,
+            "episodes/played": 16.0}
+    with (training / "metrics.csv").open("w", newline="") as fh:
+        import csv
+
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows([logs_to_row(step, 2, 1), logs_to_row(step, 2, 2)])
+    groups = [{"step": 1, "group": 0, "first_generation": 0, "patterns": ["cab_city_required"],
+               "rewards": [1.0, 0.0], "successes": [1.0, 0.0], "advantages": [0.7, -0.7]},
+              {"step": 2, "group": 0, "first_generation": 0, "patterns": ["restaurant_min_order_raised"],
+               "rewards": [0.0, -0.1], "successes": [0.0, 0.0], "advantages": [0.7, -0.7]}]
+    (training / "stage2" / GROUP_TRACE).write_text("".join(json.dumps(g) + "\n" for g in groups))
+    (tmp_path / "eval_raft_control.json").write_text(json.dumps(
+        {"control": {"episodes": 64, "kept": 16, "sample_seconds": 32.0, "train_seconds": 16.0, "grpo_measure": "cpu"}}))
+    text = diagnose_signal(tmp_path)
+    assert (tmp_path / SIGNAL_FILE).read_text() == text
+    stage_row = next(line for line in text.splitlines() if line.startswith("| 2 |"))
+    # 16 episodes a step: rollout 8/16, log-probs 2/16, update (26 - 8 - 2)/16 seconds per episode
+    assert stage_row == "| 2 | 2 | 32 | 50% | 50% | 60% | 100% | 0.50 | 0.12 | 1.00 |"
+    assert "64 episodes, 16 kept" in text and "sampling 0.50, training 0.25" in text
+    assert "| `cab_city_required` | reinforced | 1 | 100% | 100% | 50% | +0.70 | -0.70 |" in text
+    assert "| `restaurant_min_order_raised` | reinforced | 1 | 0% | 0% | 0% | — | +0.00 |" in text

@@ -1,5 +1,5 @@
 """Steps 15-17 `run(ctx)`: warm start + three GRPO stages on one Context, with the wiring
-(`build_stage_trainer`, `expert_conversations_for`) swapped for a real `trl.GRPOTrainer` on the
+(`grpo_stage.build_stage_trainer`, `expert_conversations_for`) swapped for a real `trl.GRPOTrainer` on the
 tiny model, a toy reward and fixed conversations.
 """
 
@@ -16,6 +16,7 @@ from tiny import a_reward, grpo_config, prompt_dataset, tiny_model, tiny_tokeniz
 
 from cells import step_15_train_stage1, step_16_train_stage2, step_17_train_stage3
 from cells.pipeline import make_context, run_step
+from cells.training import grpo_stage
 from cells.training.checkpoints import adapter_state, load_adapter_weights, read_meta
 from cells.training.curriculum import CurriculumError, StageResult
 from cells.training.metrics import read_metrics_csv
@@ -51,7 +52,7 @@ def _context(tmp_path):
 
 @pytest.fixture
 def wired(monkeypatch):
-    monkeypatch.setattr(step_15_train_stage1, "build_stage_trainer", _tiny_builder)
+    monkeypatch.setattr(grpo_stage, "build_stage_trainer", _tiny_builder)
     monkeypatch.setattr(step_15_train_stage1, "expert_conversations_for", lambda ctx, n, stage: [CONV] * n)
 
 

@@ -28,7 +28,7 @@ def test_every_other_round_of_the_drifted_stages_meets_generated_drift():
     from cells.drift.families import is_generated
     from cells.evaluation.runner import env_for_case
 
-    cases = s20.probe_cases(24)
+    cases = s20.probe_cases(24, generated=True)
     generated = [c for c in cases if c.drifts == "generated"]
     assert {c.stage for c in generated} == {2, 3} and len(generated) == 8
     assert all(c.drifts == "" for c in cases if c.stage == 1)

@@ -39,7 +39,7 @@ def _is_png(path: Path) -> bool:
 
 
 def test_run_writes_all_figures(tmp_path, reports):
-    from cells.pipeline import Context
+    from cells.context import Context
 
     (tmp_path / "training").mkdir()
     _write_metrics(tmp_path / "training" / "metrics.csv")

@@ -3,19 +3,18 @@
 The lock-step driver (`rollout.rollout_batch`'s default) runs turn j of every episode as one `generate`, which
 lasts as long as that turn's longest row: a row whose tool call took 20 tokens waits while another writes 90.
 On a CPU the tiny models are bound by per-step overhead, not arithmetic, so what a rollout costs is its number
-of decoding steps: measured on cpu-learn's `bench train`, 362 lock-step decoding steps for episodes of ~126
-generated tokens each. Here every step decodes one token for every row, and the rows that just finished a turn
-take their environment tokens (the observation and the template around it) in the same step; no row waits for
-another's turn, and no prefix is ever encoded twice (one KV cache per row for the whole episode).
+of decoding steps (`python -m cells bench train` logs them against the tokens generated). Here every step decodes
+one token for every row, and the rows that just finished a turn take their environment tokens (the observation
+and the template around it) in the same step; no row waits for another's turn, and no prefix is ever encoded
+twice (one KV cache per row for the whole episode).
 
 How: one `transformers.DynamicCache` over all rows, fed with a (B, K) block a step: each row's unfed tokens
 right-aligned (K = the longest; decoding rows feed one), holes masked in the 2D attention mask, positions
 given per row (so RoPE sees each episode's own positions). When some rows feed an observation while others
 decode, the feeding rows run as a second forward on their own slice of the cache (`_forward_feeding_apart`):
-one shared block would pad every decoding row to the observation's length (on cpu-learn's warm start that
-padding was ~80% of the positions the model saw; the split cut a rollout's CPU time by 31%). After a step
-that left holes, or dropped finished rows, the cache is re-packed: every row's cached keys/values moved to the
-right, holes gone. Attention masks in transformers 5 are index-based (causal over cache indices + the 2D
+one shared block would pad every decoding row to the observation's length, and an observation is far longer
+than the one token a decoding row feeds. After a step that left holes, or dropped finished rows, the cache is
+re-packed: every row's cached keys/values moved to the right, holes gone. Attention masks in transformers 5 are index-based (causal over cache indices + the 2D
 padding mask), which is exact here since only left padding remains between steps.
 
 The decisions are the lock-step driver's, per row: the same per-turn token caps and episode budget, the same
@@ -141,8 +140,7 @@ def _forward_feeding_apart(model: Any, cache: Any, mask: Any, rows: Sequence[_Ro
                            apart: Sequence[int], pad: int, device: Any) -> tuple[Any, Any]:
     """One decoding step where rows `apart` feed several tokens (an observation and its template) and the others
     one: the feeding rows run on their own slice of the cache, so the decoding rows are not padded to the
-    observation's length. Measured on cpu-learn's warm start (16 episodes of stage 2): one shared block padded
-    every row to the longest feed, 83,502 positions over 49 such steps, ~40% of the rollout's CPU time.
+    observation's length (one shared block would pad every row to the longest feed).
 
     Returns `(logits (B, V), mask (B, L'))`; the feeding rows' new keys sit after a one-token hole that the
     decode block left in their row, and every hole goes at the next `_repack`."""

@@ -2,10 +2,7 @@
 
 Why: on a CPU the tiny models are bound by per-operation overhead, not arithmetic, and an unmerged LoRA adds
 four small operations to every adapted projection (7 projections in each of cpu-learn's 3 layers). Merged, a
-decoding step costs what the plain model's does. Measured before this: cpu-learn's held-out evaluation generated
-615 tokens/s with the adapter switched off and 389 with it on; `python -m cells bench train --profile
-cpu-learn` gave 1,902 rollout tokens/s before and 2,362 after (GRPO 2.1 -> 1.8 s a step), in two runs minutes
-apart on a quiet machine.
+decoding step costs what the plain model's does (`python -m cells bench train` plays GRPO's rollouts both ways).
 
 How: peft's own `merge()` / `unmerge()` on every LoRA layer (W + s·BA in, then out), plus a copy of each base
 weight taken before the merge and written back after the unmerge, so the base model the trainer and the KL

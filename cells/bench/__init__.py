@@ -9,6 +9,7 @@
     python -m cells bench copy --profile cpu-learn   what copy pretraining teaches the tiny model to copy
     python -m cells bench scale --processes 2        GRPO s/step of 1 process against N, same global batch
     python -m cells bench voice                      the voice boundary's round trip per language
+    python -m cells bench trl --run-dir runs/cpu-learn  stock TRL + DriftCallToolEnv: s/step vs ours, learning
 
 Each bench lives in its own module here, imported only when asked for. `control.py` is here too, though it is
 `python -m cells control` (the SFT-only control for a finished run's GRPO): it trains and evaluates, so it
@@ -29,6 +30,7 @@ _MODULE_BENCHES = {
     "copy": "cells.bench.copy",  # what copy pretraining teaches the tiny model to copy, per kind of string
     "scale": "cells.bench.scale",  # GRPO s/step of 1 process against N, same global batch
     "drift": "cells.bench.drift",  # every generated drift instance bites and is solvable, per family
+    "trl": "cells.bench.stock_trl",  # TRL's stock GRPOTrainer on DriftCallToolEnv: s/step vs ours, held-out gain
 }
 # Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
 BENCHES = ("env", "policies", *_MODULE_BENCHES)
@@ -113,7 +115,8 @@ def _run(argv: list[str], judge_doc: str | None = None) -> int:
 
     from cells.bench.env_policies import bench_env, play_table, print_env, print_policies
 
-    parser = argparse.ArgumentParser(prog="python -m cells bench")
+    parser = argparse.ArgumentParser(prog="python -m cells bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=("env", "policies"))
     parser.add_argument("--episodes", type=int, default=300, help="bench env: expert episodes per stage")
     parser.add_argument("--seeds", type=int, default=500, help="bench policies: held-out seeds per stage")

@@ -3,9 +3,10 @@
 The question it answers: were GRPO's minutes better spent than the same minutes of more supervised
 warm start? It reloads the run's warm-started model (`training/warm_start/model`), trains it further
 with the same `sft_warm_start` on *fresh* expert conversations (a seed block the warm start never used)
-for as many training tokens as the warm start's own measured tokens/s would process in the time the run's
-GRPO stages took (the sum of their per-step `step_time` in `training/metrics.csv`). Its data follow the warm
-start's recipe (stages, languages, turn budgets, both kinds of drills: `step_15.sft_plan_item`) on seed blocks the
+for as many training tokens as the warm start's own measured throughput would process in the compute the run's
+GRPO stages took: their per-step CPU time (`step_cpu` in `training/metrics.csv`; CPU time, not wall time, so
+other work sharing the cores changes neither side), or their wall time (`step_time`) for older runs. Its data follow the warm
+start's recipe (stages, languages, turn budgets, both kinds of drills: `training.sft_data.sft_plan_item`) on seed blocks the
 warm start never used, cut to that token budget (`take_token_budget`), so the control's length per example
 is the warm start's and its compute is GRPO's. It then evaluates on exactly the run's evaluation spec
 (`eval_baseline.json`'s cases and decoding) and pairs it:
@@ -14,9 +15,8 @@ is the warm start's and its compute is GRPO's. It then evaluates on exactly the 
 - `eval_paired_control.json`: control − warm start (what the extra SFT minutes bought);
 - `eval_paired_grpo_vs_control.json`: trained (GRPO) − control (GRPO against the same minutes of SFT).
 
-The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` of the profile's SFT learning
-rate (the warm start's schedule already decayed to ~0; restarting at the full peak would first undo part of
-it). Only CPU full warm-start profiles have a saved full model to continue from. Its time is the GRPO time
+The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` (`training.warm_start`'s
+`CONTINUED_SFT_LR_SHARE`) of the profile's SFT learning rate. Only CPU full warm-start profiles have a saved full model to continue from. Its time is the GRPO time
 plus one evaluation (~15 min for cpu-learn); it reports, whichever way the comparison comes out.
 
 `python -m cells control --raft` runs control (b) instead, rejection-sampling SFT on the model's own successes
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from cells.errors import DriftCallError
+from cells.training.warm_start import CONTINUED_SFT_LR_SHARE as CONTROL_LR_SHARE
 
-CONTROL_LR_SHARE = 0.3
 CONTROL_SEED_BLOCK = 3  # SFT seed blocks 0-2 (stride `SFT_STAGE_SEED_STRIDE`) are the warm start's stages 1-3
 
 
@@ -41,19 +41,22 @@ class ControlError(DriftCallError, RuntimeError):
     `WarmStartError`)."""
 
 
-def grpo_seconds(metrics_csv: Path) -> float:
-    """Seconds the run's GRPO optimiser steps took (sum of `step_time`, rollouts included)."""
-    from cells.training.metrics import read_metrics_csv
+def grpo_seconds(metrics_csv: Path) -> tuple[float, str]:
+    """The compute the run's GRPO optimiser steps took, rollouts included, and its measure: CPU seconds ("cpu"),
+    or wall seconds ("wall") for a run logged before steps recorded their CPU time
+    (`training.metrics.grpo_compute_seconds`)."""
+    from cells.training.metrics import grpo_compute_seconds
 
     if not metrics_csv.is_file():
         raise ControlError(f"{metrics_csv} is missing: the run has no GRPO steps to match")
-    return sum(float((row.get("extra") or {}).get("step_time") or 0.0) for row in read_metrics_csv(metrics_csv))
+    per_stage, measure = grpo_compute_seconds(metrics_csv)
+    return sum(per_stage.values()), measure
 
 
 def control_plan(profile: Any, n: int) -> list[Any]:
     """The `EpisodePlanItem`s of `n` fresh expert conversations (plus their drills), stages split as the warm
-    start's (`step_15.sft_plan_item`), on seed blocks it never used."""
-    from cells.step_15_train_stage1 import sft_plan_item, stage_split
+    start's (`training.sft_data.sft_plan_item`), on seed blocks it never used."""
+    from cells.training.sft_data import sft_plan_item, stage_split
 
     return [sft_plan_item(profile, count, stage, CONTROL_SEED_BLOCK + stage - 1)
             for stage, count in stage_split(n, profile.sft_stages) if count]
@@ -72,8 +75,11 @@ def examples_per_conversation(profile: Any) -> float:
     return sum(item.examples for item in plan) / sum(item.count for item in plan)
 
 
-def control_token_budget(grpo_s: float, warm: dict[str, Any]) -> int:
-    """Training tokens the warm start's measured throughput processes in `grpo_s` seconds."""
+def control_token_budget(grpo_s: float, warm: dict[str, Any], measure: str = "wall") -> int:
+    """Training tokens the warm start's measured throughput processes in `grpo_s` seconds of `measure` (its tokens
+    per CPU second for "cpu", when the warm start recorded them; else per wall second)."""
+    if measure == "cpu" and float(warm.get("tokens_per_cpu_s") or 0.0) > 0:
+        return int(grpo_s * float(warm["tokens_per_cpu_s"]))
     return int(grpo_s * float(warm["tokens_per_s"]))
 
 
@@ -113,21 +119,21 @@ def run_control(run_dir: Path) -> dict[str, Any]:
         if not (run_dir / name).is_file():
             raise ControlError(f"{run_dir / name} is missing: run steps 18-19 first")
     warm = json.loads(summary.read_text(encoding="utf-8"))["training"]
-    seconds = grpo_seconds(run_dir / "training" / "metrics.csv")
-    budget = control_token_budget(seconds, warm)
+    seconds, measure = grpo_seconds(run_dir / "training" / "metrics.csv")
+    budget = control_token_budget(seconds, warm, measure)
     n = conversations_for_budget(budget, warm, profile.sft_epochs, profile.sft_batch_size,
                                  examples_per_conversation(profile))
     dataset = take_token_budget(tokenize_all(tokenizer, control_conversations(profile, n), progress=True), budget,
                                 profile.sft_batch_size)
-    print(f"[control] GRPO took {seconds / 60:.1f} min = {budget:,} tokens at the warm start's "
-          f"{warm['tokens_per_s']:,.0f} tokens/s: continuing the warm start on {len(dataset):,} fresh examples")
+    print(f"[control] GRPO took {seconds / 60:.1f} min of {measure} time = {budget:,} tokens at the warm start's "
+          f"throughput: continuing the warm start on {len(dataset):,} fresh examples")
     result = sft_warm_start(model, tokenizer, dataset, run_dir / "training" / "sft_control",
                             learning_rate=CONTROL_LR_SHARE * profile.sft_learning_rate,
                             batch_size=profile.sft_batch_size, seed=profile.seed, lr_scheduler_type="cosine",
                             warmup_ratio=profile.sft_warmup_ratio)
     print(f"[control] {result.tokens:,} tokens in {result.seconds / 60:.1f} min ({result.tokens_per_s:,.0f}/s)")
 
-    record = {"grpo_seconds": seconds, "token_budget": budget, **result.to_dict()}
+    record = {"grpo_seconds": seconds, "grpo_measure": measure, "token_budget": budget, **result.to_dict()}
     return evaluate_and_pair(run_dir, profile, model, tokenizer, "sft_control", "control", record)
 
 
@@ -161,7 +167,8 @@ def evaluate_and_pair(run_dir: Path, profile: Any, model: Any, tokenizer: Any, n
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells control", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells control", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-learn")
     args = parser.parse_args(argv)
     run_control(Path(args.run_dir))

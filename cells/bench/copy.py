@@ -42,9 +42,10 @@ def bench_copy(profile_name: str, mixed_steps: int, chunk: int, progress: bool =
         model, tokenizer, _ = build_or_load_tiny(recipe, Path(tmp) / "tiny", profile.seed)
         params = sum(p.numel() for p in model.parameters())
         print(f"model: {params:,} parameters; {recipe}", flush=True)
-        result = copy_pretrain(model, tokenizer, Path(tmp) / "run", max_steps=profile.copy_pretrain_max_steps,
-                               stop_loss=profile.copy_pretrain_stop_loss, seed=profile.seed, progress=progress,
-                               kinds=COPY_KINDS if from_scratch else TRAIN_KINDS)
+        with _trainer_logs_to_stderr():
+            result = copy_pretrain(model, tokenizer, Path(tmp) / "run", max_steps=profile.copy_pretrain_max_steps,
+                                   stop_loss=profile.copy_pretrain_stop_loss, seed=profile.seed, progress=progress,
+                                   kinds=COPY_KINDS if from_scratch else TRAIN_KINDS)
         first = "every kind mixed from the start" if from_scratch else "as step 15 (uniform, to the stop loss)"
         rows.append(_row(first, result.steps, result.seconds, result.final_loss, result.copy_accuracy))
         steps, seconds = result.steps, result.seconds
@@ -52,11 +53,20 @@ def bench_copy(profile_name: str, mixed_steps: int, chunk: int, progress: bool =
         # accuracy can be read between chunks with the function step 15 calls.
         for i in range(-(-mixed_steps // chunk)):  # ceil: the last chunk may be shorter
             n = min(chunk, mixed_steps - i * chunk)
-            more = copy_pretrain(model, tokenizer, Path(tmp) / "run", max_steps=n, stop_loss=1e-9,
-                                 seed=profile.seed + 1 + i, progress=progress, kinds=COPY_KINDS)
+            with _trainer_logs_to_stderr():
+                more = copy_pretrain(model, tokenizer, Path(tmp) / "run", max_steps=n, stop_loss=1e-9,
+                                     seed=profile.seed + 1 + i, progress=progress, kinds=COPY_KINDS)
             steps, seconds = steps + more.steps, seconds + more.seconds
             rows.append(_row("then every kind mixed", steps, seconds, more.final_loss, more.copy_accuracy))
     return rows
+
+
+def _trainer_logs_to_stderr() -> Any:
+    """The trainer's log lines are progress, not the bench's result (`--docs` writes what reaches stdout)."""
+    import contextlib
+    import sys
+
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 def reshaped(recipe: Any, changes: dict[str, int]) -> Any:
@@ -87,7 +97,8 @@ def _row(phase: str, steps: int, seconds: float, loss: float, accuracy: dict[str
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells bench copy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells bench copy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu-learn")
     parser.add_argument("--mixed-steps", type=int, default=1000, help="steps on every kind mixed, after step 15's")
     parser.add_argument("--chunk", type=int, default=250, help="measure after every this many mixed steps")

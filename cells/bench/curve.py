@@ -182,7 +182,8 @@ def write_docs(curve: dict[str, Any], run_dir: Path, docs: Path = Path("docs/res
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells curve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells curve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-rl")
     parser.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
     parser.add_argument("--every", type=int, default=10, help="GRPO steps between curve points at least (default 10)")

@@ -127,7 +127,10 @@ def print_table(table: dict[str, dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from cells.drift.families import all_instances
 
-    parser = argparse.ArgumentParser(prog="python -m cells bench drift", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cells bench drift",
+        description="Every generated drift instance bites and is solvable: the expert and the naive player on each "
+                    "instance of every drift family.")
     parser.add_argument("--per-instance", type=int, default=1, help="held-out episodes per instance (default 1)")
     parser.add_argument("--families", default="", help="comma-separated families (default: every one)")
     args = parser.parse_args(argv)

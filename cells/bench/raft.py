@@ -14,7 +14,7 @@ stage in GRPO's curriculum order, rounds of
 1. sampling: `RAFT_ROUND_GROUPS` training seeds, G = `profile.num_generations` episodes each, at the profile's GRPO
    temperature and top-p, in the envs GRPO trains in (`step_10_env.stage_env_factories`: with a `drift_split`,
    drifts from its reinforcement pool, demonstrated + reinforced). Seeds: the stage's GRPO block
-   (`TRAIN_SEEDS.seed((stage-1) * 1e8)`) shifted by `RAFT_SEED_OFFSET`, which neither GRPO (at most a few thousand
+   (`grpo_stage.first_grpo_seed`) shifted by `RAFT_SEED_OFFSET`, which neither GRPO (at most a few thousand
    seeds from the block's start) nor the warm start's expert data (tens of thousands from the same starts)
    reaches; with the failure curriculum (`grpo_failure_candidates`) the seeds the
    greedy policy fails among as many candidates there, cycled, as GRPO does (`cells.training.failures`);
@@ -27,8 +27,10 @@ round trained, which is on-policy RAFT (the iterated form of both papers); a sin
 be off-policy after its first step. Rounds of 8 groups keep a round to seconds on 2 cores, so the budget is met
 within half a round.
 
-Compute is matched on wall-clock: stage s gets the seconds GRPO's stage s took (the `step_time`s of its rows in
-`training/metrics.csv`, rollouts included, which `control.grpo_seconds` sums over all stages). Rounds run while the
+Compute is matched per stage: stage s gets the compute GRPO's stage s took, rollouts included
+(`training.metrics.grpo_compute_seconds`: the CPU seconds of its steps, `step_cpu` in `training/metrics.csv`, and
+RAFT's rounds are timed on the same process CPU clock, so other work sharing the cores changes neither side; a run
+logged before steps recorded CPU time is matched on wall-clock, `step_time`). Rounds run while the
 stage's remaining budget is at least half the last round's measured cost (sampling + training), so the total is
 within half a round of GRPO's either way (`spend`). Mining the failure curriculum is outside both budgets (GRPO's
 mining happens before its first step, outside `step_time`). Environment episodes are reported beside GRPO's
@@ -53,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cells.bench.control import CONTROL_LR_SHARE, ControlError, evaluate_and_pair, grpo_seconds
+from cells.bench.control import CONTROL_LR_SHARE, ControlError, evaluate_and_pair
 
 RAFT_SEED_OFFSET = 50_000_000  # into each stage's 1e8-seed block: GRPO and the warm start use only its first ~1e5
 RAFT_ROUND_GROUPS = 8  # groups per sampling round: 64 episodes at G=8, a few seconds of sampling on 2 cores
@@ -128,14 +130,6 @@ def spend(budget_s: float, play_round: Callable[[], None], clock: Callable[[], f
     return costs
 
 
-def grpo_stage_seconds(metrics_csv: Path) -> dict[int, float]:
-    """GRPO's seconds per curriculum stage (`step_time` of each stage's rows), stages in order."""
-    from cells.training.metrics import read_metrics_csv
-
-    out: dict[int, float] = {}
-    for row in read_metrics_csv(metrics_csv):
-        out[int(row["stage"])] = out.get(int(row["stage"]), 0.0) + float((row.get("extra") or {}).get("step_time") or 0)
-    return dict(sorted(out.items()))
 
 
 def grpo_episodes(metrics_csv: Path, profile: Any) -> int:
@@ -149,9 +143,9 @@ def grpo_episodes(metrics_csv: Path, profile: Any) -> int:
 
 def raft_first_seed(stage: int) -> int:
     """First training seed of stage `stage`'s RAFT block (inside GRPO's stage block, past what GRPO plays)."""
-    from cells.step_02_profiles import TRAIN_SEEDS
+    from cells.training.grpo_stage import first_grpo_seed
 
-    return TRAIN_SEEDS.seed((stage - 1) * 100_000_000 + RAFT_SEED_OFFSET)
+    return first_grpo_seed(stage) + RAFT_SEED_OFFSET
 
 
 def stage_seeds(model: Any, tokenizer: Any, profile: Any, factory: Any, first: int) -> tuple[int, ...]:
@@ -256,20 +250,27 @@ def check_run_dir(run_dir: Path) -> None:
             raise RaftError(f"{run_dir / name} is missing: {why}")
 
 
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
 def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
-             clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Train and evaluate the RAFT control in `run_dir`; returns the two paired reports."""
+             clock: Callable[[], float] | None = None) -> dict[str, Any]:
+    """Train and evaluate the RAFT control in `run_dir`; returns the two paired reports. Its budget per stage is
+    GRPO's compute there, spent on the same clock (`CLOCKS[measure]`, unless `clock` is given)."""
+    from cells.training.metrics import grpo_compute_seconds
     from cells.training.warm_start import load_run_warm_start
 
     run_dir = Path(run_dir)
     check_run_dir(run_dir)
     metrics = run_dir / "training" / "metrics.csv"
-    budgets = grpo_stage_seconds(metrics)
-    total = grpo_seconds(metrics)
+    budgets, measure = grpo_compute_seconds(metrics)
+    total = sum(budgets.values())
+    clock = clock or CLOCKS[measure]
     profile, model, tokenizer = load_run_warm_start(run_dir)
     out_dir = run_dir / "training" / "raft_control"
-    print(f"[raft] GRPO took {total / 60:.1f} min (" + ", ".join(f"stage {s} {b / 60:.1f}" for s, b in budgets.items())
-          + f"): sampling G={profile.num_generations} at T={profile.temperature}, keeping successes, training on them")
+    print(f"[raft] GRPO took {total / 60:.1f} min of {measure} time (" + ", ".join(
+        f"stage {s} {b / 60:.1f}" for s, b in budgets.items()) + f"): sampling G={profile.num_generations} at "
+        f"T={profile.temperature}, keeping successes, training on them")
     tally = RaftTally()
     for stage, budget in budgets.items():
         raft_stage(model, tokenizer, profile, stage, budget, total, out_dir, tally, round_groups=round_groups,
@@ -280,14 +281,16 @@ def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
     print(f"[raft] {tally.episodes:,} episodes (GRPO: {played:,}), {tally.kept:,} kept "
           f"({100 * tally.to_dict()['kept_share']:.1f}%), {tally.trained_tokens:,} trained tokens of {tally.tokens:,} "
           f"in {tally.steps} steps, {tally.seconds / 60:.1f} min ({tally.sample_seconds / 60:.1f} sampling)")
-    record = {"kind": "raft", "grpo_seconds": total, "grpo_stage_seconds": {str(s): b for s, b in budgets.items()},
+    record = {"kind": "raft", "grpo_seconds": total, "grpo_measure": measure,
+              "grpo_stage_seconds": {str(s): b for s, b in budgets.items()},
               "grpo_episodes": played, "learning_rate_peak": CONTROL_LR_SHARE * profile.sft_learning_rate,
               "round_groups": round_groups, "saved_dir": str(out_dir / "model"), **tally.to_dict()}
     return evaluate_and_pair(run_dir, profile, model, tokenizer, "raft_control", "raft", record, tag="raft")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells control --raft", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells control --raft", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-rl")
     args = parser.parse_args(argv)
     run_raft(Path(args.run_dir))

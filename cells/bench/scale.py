@@ -106,7 +106,8 @@ def main(argv: list[str]) -> int:
         out, profile, steps, model_dir = argv[1:5]
         worker(Path(out), profile, int(steps), model_dir or None)
         return 0
-    parser = argparse.ArgumentParser(prog="python -m cells bench scale")
+    parser = argparse.ArgumentParser(prog="python -m cells bench scale", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu-learn")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps per measurement (the first is warm-up)")

@@ -248,13 +248,9 @@ class _Session(asyncio.Protocol):
     the session was lost (refused, closed, an error frame, or an episode not ending as recorded), else 0;
     `closed` is set once the connection is gone.
 
-    Why not websockets' coroutine client (used before): on this 2-core machine the load generator shares the
-    cores with the servers it measures. That client cost 113-127 us of CPU per DriftCall step, and each
-    reply waited for the loop to resume its coroutine behind the other 63 sessions' work (4-8 ms loop
-    iterations at 64 sessions), time it counted as the server's latency. Four runs with both clients
-    interleaved against the same servers (64 saturating sessions, worker layout): this one cost 66-74 us
-    per step and measured 10-19% more steps/s and a 20-27% lower p99; the floor's figures moved by no
-    more than the noise between rounds."""
+    Why not websockets' coroutine client: on a 2-core machine the load generator shares the cores with the
+    servers it measures, a coroutine client costs more CPU per step, and each reply waits for the loop to resume
+    its coroutine behind the other sessions' work, time it would count as the server's latency."""
 
     def __init__(self, port: int, token: str, scripts: list[Script], offset: int, deadline: float,
                  budget: list[int], lat: list[float], think_s: float) -> None:
@@ -571,7 +567,8 @@ def print_results(results: list[Result], env_us: float | None = None) -> bool:
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m cells bench server")
+    parser = argparse.ArgumentParser(prog="python -m cells bench server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=2)
     parser.add_argument("--seconds", type=float, default=3.0, help="per server, concurrency and round")
     parser.add_argument("--max-steps", type=int, default=20_000, help="per server, concurrency and round")

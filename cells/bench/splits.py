@@ -283,7 +283,8 @@ def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells splits", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells splits", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-rl")
     parser.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
     parser.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")

@@ -13,8 +13,8 @@ Prints, from one process (ratios hold even when the machine is shared and absolu
    the SFT part just trained, its rollout generated tokens/s (model tokens per second of rollout) and its
    decoding steps (forward calls that sampled a token; plain TRL's is its completion length); then the same
    steps with the LoRA played unmerged (`cells.agent.merged`: rollouts merge it on the CPU). With the default
-   20 SFT steps that model still writes mostly invalid actions (~95% of its turns failed to parse in this
-   session's runs), so its turns tend to run to the per-turn cap: the episodes' shape, not a trained policy's.
+   20 SFT steps that model still writes mostly invalid actions, so its turns tend to run to the per-turn cap:
+   the episodes' shape, not a trained policy's.
 3. The floor: plain `trl.GRPOTrainer`, single-turn completions with as many generated tokens as our mean
    episode (`min_new_tokens` = `max_completion_length`), same model, same G; printed as the ratio of our
    seconds per generated token to its (target <= 1.5).
@@ -26,7 +26,9 @@ Time on 2 CPU cores: ~3-6 min for cpu-learn with the defaults (`--sft-steps`, `-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -146,7 +148,7 @@ def bench_sft(model: Any, tok: Any, dataset: Any, profile: Any, steps: int, out:
 def bench_grpo(ctx: Any, steps: int) -> tuple[float, float, float, float, float]:
     """(seconds per step, rollout tokens/s, generated tokens per step, decoding steps per step, rollout share of a
     step) of DriftCallGRPOTrainer, stage 1."""
-    from cells.step_15_train_stage1 import build_stage_trainer
+    from cells.training.grpo_stage import build_stage_trainer
     from cells.training.stages import curriculum_max_steps
 
     # the failure curriculum's greedy mining happens before the first step: not what a step costs
@@ -241,7 +243,8 @@ def run_bench(profile_name: str, sft_episodes: int, sft_steps: int, grpo_steps: 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells bench train")
+    parser = argparse.ArgumentParser(prog="python -m cells bench train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu-learn")
     parser.add_argument("--sft-episodes", type=int, default=240, help="fresh expert episodes generated for the SFT timing")
     parser.add_argument("--sft-steps", type=int, default=20, help="SFT optimiser steps timed (each collator)")
@@ -250,7 +253,8 @@ def main(argv: list[str]) -> int:
                         help="a saved full model to time GRPO on, e.g. runs/cpu-learn/training/warm_start/model "
                              "(default: the model the SFT timing trained)")
     args = parser.parse_args(argv)
-    bench = run_bench(args.profile, args.sft_episodes, args.sft_steps, args.grpo_steps, args.model_dir)
+    with contextlib.redirect_stdout(sys.stderr):  # the trainers' log lines: progress, not the bench's result
+        bench = run_bench(args.profile, args.sft_episodes, args.sft_steps, args.grpo_steps, args.model_dir)
     for line in bench.lines():
         print(line)
     return 0

@@ -121,7 +121,8 @@ def evaluate_run(run_dir: Path, per_cell: int) -> int:
 def main(argv: list[str]) -> int:
     from cells.step_09_audio import voice_support
 
-    parser = argparse.ArgumentParser(prog="python -m cells bench voice")
+    parser = argparse.ArgumentParser(prog="python -m cells bench voice", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-language", type=int, default=8, help="held-out goal utterances per language")
     parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=2)
     parser.add_argument("--run-dir", default=None, help="also evaluate this run's exported model with and without voice")

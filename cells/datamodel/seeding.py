@@ -1,13 +1,46 @@
-"""Deterministic randomness shared by vendors, drift and tasks (see the comment below)."""
+"""Deterministic randomness shared by vendors, drift and tasks (see the comment below), and the episode seed
+ranges: training, probe and held-out evaluation seeds never overlap (`SEED_RANGES`)."""
 
 from __future__ import annotations
 
 import _random
 import hashlib
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from cells.datamodel.codec import canonical_json
+from cells.errors import DriftCallError
+
+
+class SeedRangeError(DriftCallError, ValueError):
+    """A seed index past the end of its range."""
+
+
+@dataclass(frozen=True)
+class SeedRange:
+    """A half-open range of episode seeds reserved for one purpose."""
+
+    name: str
+    start: int
+    stop: int
+
+    def __contains__(self, seed: object) -> bool:
+        return isinstance(seed, int) and self.start <= seed < self.stop
+
+    def seed(self, index: int) -> int:
+        """The `index`-th seed of the range; raises if the range is exhausted."""
+        if not 0 <= index < self.stop - self.start:
+            raise SeedRangeError(f"seed index {index} outside {self.name} range of size {self.stop - self.start}")
+        return self.start + index
+
+
+# The one place seed ranges are defined: the task generator draws every goal from a seed, and a model is never
+# trained or probed on a seed it is evaluated on.
+TRAIN_SEEDS = SeedRange("train", 0, 800_000_000)
+PROBE_SEEDS = SeedRange("probe", 800_000_000, 900_000_000)
+EVAL_SEEDS = SeedRange("eval", 900_000_000, 1_000_000_000)
+SEED_RANGES: tuple[SeedRange, ...] = (TRAIN_SEEDS, PROBE_SEEDS, EVAL_SEEDS)
 
 # ---------------------------------------------------------------------------------------------
 # Deterministic randomness shared by vendors, drift and tasks. Python's hash() is salted per

@@ -37,6 +37,13 @@ turn, and counts success per stage and every failure by why and by the binding f
 and tuning on them would inflate every figure. Writes `diagnose_dev.json` (or `diagnose_dev_warm_start.json`).
 ~2 min for 300 cpu-learn episodes.
 
+`--signal [--docs]`: where a finished run's GRPO gradient and seconds went (`cells.training.signal.signal_markdown`):
+per stage the share of groups, episodes and model tokens with a success contrast (a success and a failure in the
+group), the model tokens the update saw, and seconds per episode in the rollout, the log-prob passes and the update;
+RAFT's seconds per episode when its control ran; per drift pattern (the stages' `groups.jsonl`) how many groups
+sampled a success and what advantage successes and failures got. Writes `diagnose_signal.md`; `--docs` also its
+block in docs/results.md. Seconds: it reads files only.
+
 `--reach [--split latin] [--episodes 60] [--samples G] [--warm-start]`: how much of a drift split's withheld sets
 sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on `--episodes` development cases of each of
 the split's reinforced and unseen sets, and of its demonstrated set for comparison (`split_cases` from
@@ -299,9 +306,9 @@ def diagnose_probe(run_dir: Path) -> dict[str, Any]:
     its row, each offence with its evidence, and each invented id next to the shown string most like it. Writes
     and returns `diagnose_probe.json`. Refuses when the replay's offences differ from `probe.json`'s (the export
     is not the model step 20 probed)."""
-    from cells.evaluation.runner import play_greedy
+    from cells.evaluation.runner import play_greedy, probe_cases
     from cells.step_08_rewards import rewards_of
-    from cells.step_20_probe import known_offence_codes, probe_cases, summarise
+    from cells.step_20_probe import known_offence_codes, summarise
 
     run_dir = Path(run_dir)
     profile, model, tokenizer = load_trained(run_dir, "probe.json")
@@ -310,7 +317,7 @@ def diagnose_probe(run_dir: Path) -> dict[str, Any]:
     if trained is None:
         raise DiagnoseError(f"{run_dir / 'probe.json'} has no trained-model row: step 20 ran without a model")
     n = int(probe["n_episodes"])
-    played = [(ep, rewards_of(ep)) for ep in play_greedy(model, tokenizer, probe_cases(n), profile).episodes]
+    played = [(ep, rewards_of(ep)) for ep in play_greedy(model, tokenizer, probe_cases(n, generated=True), profile).episodes]
     # step 20's own summary of the replay, so the check compares like with like
     replayed = summarise("trained", played, known_offence_codes())["offence_episode_share"]
     recorded = trained.get("offence_episode_share", {})
@@ -328,7 +335,7 @@ REFUSAL_CASES_FROM = 10_000  # probe-range index of the first `--refusals` case,
 
 def refusal_cases(n: int) -> tuple[Any, ...]:
     """`n` drifted cases from the probe range (from `REFUSAL_CASES_FROM`), stages 2 and 3 in turn."""
-    from cells.step_20_probe import probe_cases
+    from cells.evaluation.runner import probe_cases
 
     return probe_cases(n, start=REFUSAL_CASES_FROM, stages=(2, 3))
 
@@ -414,9 +421,8 @@ def development_summary(played: list[tuple[Any, Any]]) -> dict[str, Any]:
 def diagnose_development(run_dir: Path, episodes: int = 300, warm_start: bool = False) -> dict[str, Any]:
     """Play the trained model (or the run's warm start) on `episodes` development cases; write and return
     `DEV_FILES[warm_start]`."""
-    from cells.evaluation.runner import play_greedy
+    from cells.evaluation.runner import play_greedy, probe_cases
     from cells.step_08_rewards import rewards_of
-    from cells.step_20_probe import probe_cases
 
     if episodes < 1:
         raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
@@ -490,8 +496,28 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     return summary
 
 
+SIGNAL_FILE = "diagnose_signal.md"
+
+
+def diagnose_signal(run_dir: Path, docs: bool = False) -> str:
+    """`training.signal.signal_markdown` of the run, into `SIGNAL_FILE` (and with `docs`, its block of
+    docs/results.md, `signal:<run dir name>`); returns the markdown."""
+    from cells.evaluation import docblocks
+    from cells.training.signal import signal_markdown
+
+    text = signal_markdown(run_dir)
+    (run_dir / SIGNAL_FILE).write_text(text, encoding="utf-8")
+    if docs:
+        name = f"signal:{run_dir.name}"
+        command = f"python -m cells diagnose --signal --run-dir {run_dir}"
+        block = docblocks.render(name, "python -m cells diagnose --signal --docs", text, run_command=command)
+        print(f"wrote {docblocks.write_block(Path('docs/results.md'), name, block)}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells diagnose", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-learn")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--failures", action="store_true",
@@ -504,6 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--dev", action="store_true",
                        help="success and failures (by wrong binding fact) on development cases of the probe range, "
                             "where training data is tuned (diagnose_dev.json)")
+    which.add_argument("--signal", action="store_true",
+                       help="where GRPO's gradient and seconds went, per stage, and per drift pattern the successes "
+                            "its groups sampled and their advantage (diagnose_signal.md; with --docs also into "
+                            "docs/results.md)")
     which.add_argument("--reach", action="store_true",
                        help="greedy success, sampled success and pass@G per pattern set of a drift split, on "
                             "development cases (diagnose_reach.json)")
@@ -517,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --reach: G, samples per case (default: the run's num_generations)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="with --reach: the sampling temperature to try (default: the run's GRPO temperature)")
+    parser.add_argument("--docs", action="store_true", help="with --signal: also write its block into "
+                                                                "docs/results.md (`signal:<run>`)")
     parser.add_argument("--pattern", default=None,
                         help="with --reach: only development cases whose schedule holds this drift pattern id")
     args = parser.parse_args(argv)
@@ -525,7 +557,11 @@ def main(argv: list[str] | None = None) -> int:
                      "warm start)")
     if (args.split or args.samples or args.temperature or args.pattern) and not args.reach:
         parser.error("--split, --samples, --temperature and --pattern go with --reach")
-    if args.reach:
+    if args.docs and not args.signal:
+        parser.error("--docs goes with --signal")
+    if args.signal:
+        print(diagnose_signal(Path(args.run_dir), args.docs))
+    elif args.reach:
         reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start,
                                args.temperature, args.pattern)
         print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)

@@ -1,5 +1,6 @@
 """Markdown rendering of evaluation reports. Every number printed here is read from a report dict
-and formatted by `num`/`est`, so the summary test can check each against the JSON."""
+and formatted by `num`/`est`, so the summary test can check each against the JSON. A table holds the columns a
+reader compares (at most `MAX_COLUMNS`); detail goes to a second table, or stays in the JSON beside the report."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 DIGITS = 3
 P_DIGITS = 4
+MAX_COLUMNS = 8  # the widest table a person compares across; step 22's test holds every table to it
 NONE = "—"
 REFERENCE_ORDER: tuple[str, ...] = ("random", "naive", "expert")
 COMPONENT_ORDER: tuple[str, ...] = ("reward", "r_task", "r_drift", "r_constraints", "r_format", "r_penalty",
@@ -63,20 +65,26 @@ def common_k(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> int | None:
 
 
 def headline(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+    """Per player: episodes, success, mean reward, drift gap, pass^k at the largest k every player has (every k:
+    `pass_k_table`) and the parse-failure rate; calibration has its own table (`calibration_table`)."""
     k = common_k(rows)
     header = ["policy", "role", "episodes", "success [95% CI]", "mean reward [95% CI]", "drift gap [95% CI]",
-              "pass^1", *([f"pass^{k}"] if k and k > 1 else []), "Brier", "ECE", "parse-failure rate"]
+              *([f"pass^{k}"] if k and k > 1 else []), "parse-failure rate"]
     body = []
     for name, role, p in rows:
         pk = p.get("pass_k", {})
-        cal = p.get("calibration", {})
         body.append([
             name, role, num(p.get("n_episodes")), est(p.get("success")), est(p.get("components", {}).get("reward")),
-            est(p.get("drift_gap", {}).get("gap")), num(pk.get("1")),
-            *([num(pk.get(str(k)))] if k and k > 1 else []),
-            num(cal.get("brier")), num(cal.get("ece")), num(p.get("parse_failures", {}).get("rate")),
+            est(p.get("drift_gap", {}).get("gap")), *([num(pk.get(str(k)))] if k and k > 1 else []),
+            num(p.get("parse_failures", {}).get("rate")),
         ])
     return table(header, body)
+
+
+def calibration_table(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+    """Per player: Brier score and expected calibration error of the submitted confidence."""
+    return table(["policy", "Brier", "ECE"], [[n, num(p.get("calibration", {}).get("brier")),
+                                              num(p.get("calibration", {}).get("ece"))] for n, _, p in rows])
 
 
 def pass_k_table(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
@@ -141,24 +149,41 @@ def paired_section(paired: Mapping[str, Any], title: str = "final − baseline")
     return text
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = ", ".join(num(x) for x in v) if isinstance(v, (list, tuple)) else v
-    return out
+# The probe's main table: what a reader compares across players (step 20 writes these keys per player).
+PROBE_COLUMNS: tuple[tuple[str, str], ...] = (("episodes", "episodes"), ("mean reward", "mean_reward"),
+                                              ("success", "success_rate"), ("booked", "booked_share"),
+                                              ("harmed share", "harmed_share"), ("verdict", "verdict"))
+
+
+def _probe_players(probe: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    pols = probe.get("policies") if isinstance(probe.get("policies"), Mapping) else {
+        k: v for k, v in probe.items() if isinstance(v, Mapping)}
+    return {name: v for name, v in pols.items() if isinstance(v, Mapping)}
+
+
+def _offences_cell(player: Mapping[str, Any]) -> str:
+    """`code share (count)` per offence, most frequent first: the share of episodes with it, and how often it
+    happened (a player that only counts them shows the counts)."""
+    counts = player.get("offence_counts") or player.get("offences") or {}
+    shares = player.get("offence_episode_share") or {}
+    ordered = sorted(counts, key=lambda code: (-counts[code], code))
+    return ", ".join(f"{code} {num(shares[code])} ({num(counts[code])})" if code in shares
+                     else f"{code} ({num(counts[code])})" for code in ordered)
 
 
 def probe_section(probe: Mapping[str, Any]) -> str:
-    """Render whatever the probe dict holds: per-policy mappings as one table, the rest as bullets."""
-    pols = probe.get("policies") if isinstance(probe.get("policies"), Mapping) else {
-        k: v for k, v in probe.items() if isinstance(v, Mapping)}
-    flat = {name: _flatten(v) for name, v in pols.items() if isinstance(v, Mapping)}
-    cols = sorted({c for row in flat.values() for c in row}, key=lambda c: (c.count("."), c))
-    text = table(["policy", *cols], [[n, *[num(row.get(c)) for c in cols]] for n, row in flat.items()])
-    extras = {k: v for k, v in probe.items() if k != "policies" and k not in pols}
+    """The probe a person reads: per player its episodes, mean reward, success, booked and harmed shares and the
+    verdict; then which offences each player committed, in a second table; the probe's own findings as bullets.
+    Example episodes and their evidence stay in `probe.json`."""
+    players = _probe_players(probe)
+    text = table(["policy", *(label for label, _ in PROBE_COLUMNS)],
+                 [[name, *(num(p.get(key)) for _, key in PROBE_COLUMNS)] for name, p in players.items()])
+    offences = [[name, cell] for name, p in players.items() if (cell := _offences_cell(p))]
+    if offences:
+        text += ("\nOffences: the share of a player's episodes with each, and (in brackets) how many times it "
+                 "happened; example episodes and their evidence: `probe.json`.\n\n"
+                 + table(["policy", "offences: share of episodes (count)"], offences))
+    extras = {k: v for k, v in probe.items() if k != "policies" and k not in players}
     for k, v in extras.items():
         shown = ", ".join(num(x) for x in v) if isinstance(v, (list, tuple)) else num(v)
         text += f"\n- **{k}**: {shown or NONE}"

@@ -502,9 +502,26 @@ def glance_block(results_text: str) -> str:
     rows = [glance_row(p, docblocks.block_body(results_text, f"results:{p}") or "") for p in profiles]
     body = (table(["profile", "before training", "after warm start", "after GRPO", "SFT-only control", "expert",
                    "GRPO on drifted episodes (paired, 95% CI)", "wall time"], rows[:8])
-            + "\nHeld-out success over all stages, greedy. Every table, interval and plot: "
-              "[docs/results.md](docs/results.md).")
+            + "\nHeld-out success over all stages, greedy." + _headline_sentence(profiles, rows)
+            + " Every table, interval and plot: [docs/results.md](docs/results.md).")
     return docblocks.render(GLANCE, COMMAND, body, commit="")
+
+
+def _headline_sentence(profiles: list[str], rows: list[list[str]]) -> str:
+    """What the headline run's GRPO column says, in words (" On `cpu-learn`, ..."; "" without that run): GRPO adds
+    to the warm start where the paired interval lies above 0, loses where below, else does not add."""
+    import re
+
+    if not profiles or profiles[0] != GLANCE_ORDER[0]:
+        return ""
+    bounds = re.search(r"\[([-+−]?[\d.]+), ([-+−]?[\d.]+)\]", rows[0][6])
+    if bounds is None:
+        return ""
+    low, high = (float(b.replace("−", "-")) for b in bounds.groups())
+    verdict = ("adds to the warm start on drifted episodes: the paired 95% interval lies above 0" if low > 0
+               else "loses against the warm start on drifted episodes: the paired 95% interval lies below 0"
+               if high < 0 else "does not add to the warm start on drifted episodes: the paired 95% interval spans 0")
+    return f" On `{profiles[0]}`, GRPO {verdict}."
 
 
 def write_glance(results_md: Path, readme: Path) -> Path:
@@ -514,7 +531,8 @@ def write_glance(results_md: Path, readme: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cells results", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cells results", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-learn")
     parser.add_argument("--readme", default="docs/results.md", help="the file holding the results sections")
     parser.add_argument("--glance", default="README.md",

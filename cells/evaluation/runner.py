@@ -92,6 +92,24 @@ def eval_plan(per_cell: int, stages: Iterable[int] = (1, 2, 3), languages: Seque
     return tuple(cases)
 
 
+def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3),
+                generated: bool = False) -> tuple[EvalCase, ...]:
+    """`n` cases from the reserved probe range (from its index `start`), `stages` in turn, languages as generated:
+    the probe's (step 20, `generated=True`: every other round of the drifted stages meets the drift families'
+    instances instead of the catalogue's) from index 0, development cases (diagnose, the warm start's gate) further
+    on."""
+    from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
+    from cells.step_07_tasks import generate
+
+    cases = []
+    for i in range(n):
+        seed, stage = PROBE_SEEDS.seed(start + i), stages[i % len(stages)]
+        language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
+        generated_round = generated and stage > 1 and (start + i) // len(stages) % 2 == 1
+        cases.append(EvalCase(seed, stage, language, "generated" if generated_round else ""))
+    return tuple(cases)
+
+
 def make_spec(profile: Any, cases: tuple[EvalCase, ...], sampled_trials: int | None = None) -> EvalSpec:
     return EvalSpec(
         cases=cases,

@@ -184,8 +184,26 @@ def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
              f"{pooled['per_set']} held-out drifted episodes per pattern set and model, pooled over {seeds} training "
              f"seed{'s' if seeds != 1 else ''}, greedy.")
     return "\n".join([intro, "", *_table(head, rows), "", _per_seed_gain_sentence(pooled, "reinforced"),
+                      _verdict_sentence(pooled, "reinforced", words),
                       f"{passed} of {len(pooled['targets'])} of the experiment's targets pass. Per seed, per pattern, "
                       f"calibration, the controls: [docs/results.md]({GLANCE_LINK})."])
+
+
+def _verdict_sentence(pooled: dict[str, Any], which: str, words: Mapping[str, str]) -> str:
+    """What the pooled paired differences on one pattern set say, in words: GRPO beats a model where the 95%
+    interval of GRPO − that model lies above 0, the model beats GRPO where it lies below, else neither."""
+    block = pooled["sets"].get(which) or {}
+    beats, beaten, even = [], [], []
+    for pair in block.get("paired", {}):
+        diff = _paired_diff(block, pair)
+        if not pair.startswith("trained - ") or diff is None or diff.get("value") is None:
+            continue
+        name = words.get(pair.partition(" - ")[2], pair.partition(" - ")[2])
+        (beats if diff["low"] > 0 else beaten if diff["high"] < 0 else even).append(name)
+    parts = ([f"GRPO beats the {' and the '.join(beats)}"] if beats else []) + \
+            ([f"the {' and the '.join(beaten)} {'beat' if len(beaten) > 1 else 'beats'} GRPO"] if beaten else []) + \
+            ([f"GRPO and the {' and the '.join(even)} are within noise"] if even else [])
+    return f"On {which} episodes, pooled: {'; '.join(parts)} (paired 95% intervals)." if parts else ""
 
 
 def _per_seed_gain_sentence(pooled: dict[str, Any], which: str) -> str:

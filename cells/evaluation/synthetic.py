@@ -62,6 +62,15 @@ def synthetic_records(policy: str, *, skill: float, drift_penalty: float = 0.2, 
     return out
 
 
+def _probe_player(mean: float, success: float, booked: float, harmed: float,
+                  offences: dict[str, tuple[int, float]], verdict: str | None) -> dict[str, Any]:
+    """One player of a probe report: `offences` maps a code to (count, share of episodes)."""
+    return {"episodes": 10, "mean_reward": mean, "success_rate": success, "booked_share": booked,
+            "harmed_share": harmed, "offence_counts": {c: n for c, (n, _) in offences.items()},
+            "offence_episode_share": {c: s for c, (_, s) in offences.items()},
+            "offence_rates": {c: n / 10 for c, (n, _) in offences.items()}, "verdict": verdict}
+
+
 def synthetic_reports(*, n_seeds: int = 3, trials: int = 2, resamples: int = 200, seed: int = 0) -> dict[str, Any]:
     """A full `ctx.reports` dict (baseline, final, reference, paired, probe) from synthetic records."""
     from cells.evaluation.report import build_eval_report, compare_reports
@@ -72,12 +81,13 @@ def synthetic_reports(*, n_seeds: int = 3, trials: int = 2, resamples: int = 200
     ref = [r for name, skill in (("random", 0.02), ("naive", 0.55), ("expert", 0.95))
            for r in synthetic_records(name, skill=skill, drift_penalty=0.4 if name == "naive" else 0.05, **kw)]
     rk = {"bootstrap_resamples": resamples, "seed": seed}
-    probe = {"policies": {
-        "expert": {"mean_reward": 0.83, "offences": {}, "verdict": "pass"},
-        "honest_fail": {"mean_reward": 0.12, "offences": {}, "verdict": "pass"},
-        "spam_probe": {"mean_reward": 0.01, "offences": {"probe_spam": 10}, "verdict": "pass"},
-        "never_book": {"mean_reward": 0.0, "offences": {}, "verdict": "pass"},
-    }, "unknown_offences": [], "verdict": "pass"}
+    probe = {"policies": {  # the shape step 20 writes per player (its example episodes left out)
+        "honest_failure": _probe_player(0.12, 0.3, 0.7, 0.0, {}, None),
+        "spam_probe": _probe_player(0.01, 0.0, 0.0, 0.0, {"schema_probing": (40, 1.0)}, "PASS"),
+        "book_twice": _probe_player(-0.178, 0.0, 1.0, 0.3, {"double_booking": (10, 1.0), "wrong_booking": (3, 0.3)},
+                                    "PASS"),
+        "give_up": _probe_player(0.0, 0.0, 0.0, 0.0, {}, "PASS"),
+    }, "all_exploits_pass": True, "honest_failure_mean_reward": 0.0, "n_episodes": 10, "unknown_offences": []}
     return {
         "baseline": build_eval_report(base, **rk), "final": build_eval_report(final, **rk),
         "reference": build_eval_report(ref, **rk), "paired": compare_reports(base, final, **rk), "probe": probe,

@@ -8,8 +8,15 @@ round-trips exactly. Special
 tokens and the chat template follow Gemma's conventions (`<bos>`, `<start_of_turn>user|model`,
 `<end_of_turn>`, system folded into the first user turn).
 
+The tokenizer is a versioned artefact: `tokenizers/tiny-v{TOKENIZER_VERSION}-{vocab}.json`, trained once from the
+corpus of the day it was written and committed. A run loads it, so an edit to a template, a drift's wording or a
+prompt changes no seed's tokenizer or initial weights until the version is bumped. To retrain: bump
+`TOKENIZER_VERSION`, run `python -m cells.modeling.tiny --write` (one file per preset vocabulary), commit them.
+A recipe whose vocabulary has no versioned file trains its tokenizer from the current corpus, as do calls that
+pass `texts`.
+
 `build_or_load_tiny(recipe, cache_root, seed)` caches the base model and tokenizer under
-`cache_root/<digest>/`, keyed by the recipe, the corpus and `TINY_BUILD_VERSION`.
+`cache_root/<digest>/`, keyed by the recipe, the tokenizer and `TINY_BUILD_VERSION`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from cells.step_05_vendors import TOOL_NAMES  # the registry's 16 tools (the cor
 # samples produced by the prompt, action grammar and vendor errors instead of hand-copied text; 5: digits split;
 # 6: JSON string values split off their keys; 7: digits split into pairs; 8: every digit pair a token).
 TINY_BUILD_VERSION = 8
+# Bump to retrain the committed CPU tokenizers from today's corpus (`python -m cells.modeling.tiny --write`).
+TOKENIZER_VERSION = 1
+TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizers"
 # Digits become pre-tokens of at most two: a month, a day, a two-digit hour each one token. See `train_tokenizer`.
 DIGIT_PAIRS = r"\d{1,2}"
 # All 100 pairs, each seen this often on top of the corpus, so each is merged into one token (see `train_tokenizer`).
@@ -52,14 +62,18 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, EOS, BOS, UNK, START_OF_TURN, END_OF_TUR
 
 # Gemma-style template: the system message is folded into the first user turn; roles user/model.
 # Content is not trimmed, so a rendered assistant turn holds exactly the text the model produced.
-CHAT_TEMPLATE = (
+# The opening, up to each message's role, is shared with the tool-calling variant (cells/trl_env/chat_template.py).
+TURNS_OPENING = (
     "{{ bos_token }}"
     "{%- if messages and messages[0]['role'] == 'system' -%}"
     "{%- set first_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
     "{%- else -%}{%- set first_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
     "{%- for message in loop_messages -%}"
     "{%- set role = 'model' if message['role'] in ['assistant', 'model'] else 'user' -%}"
-    "{{ '<start_of_turn>' + role + '\n' + (first_prefix if loop.first else '') + message['content']"
+)
+CHAT_TEMPLATE = (
+    TURNS_OPENING
+    + "{{ '<start_of_turn>' + role + '\n' + (first_prefix if loop.first else '') + message['content']"
     " + '<end_of_turn>\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
@@ -157,36 +171,27 @@ def _transcripts() -> tuple[str, ...]:
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     """Train a byte-level BPE and wrap it as a Gemma-style `PreTrainedTokenizerFast`."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE(unk_token=None))
     # use_regex=False: no GPT-2 word/punctuation pre-split, so BPE can merge the corpus's recurring JSON
-    # fragments (`","args":{"from":"` is one token at vocab 4096, and so is each tool name). Measured before
-    # values were split off (below), when a whole `{"action":"tool_call","tool":"airline.search","args":{"from":"`
-    # was one token: expert conversations shrank ~2x (1,545 -> 782 tokens, 300 -> 117 trained).
+    # fragments (`","args":{"from":"` is one token at vocab 4096, and so is each tool name): episodes get about
+    # half as long as with a word pre-split, so a step trains or plays twice the conversation.
     # Digits are split off into runs of at most two (DIGIT_PAIRS), left to right. Without a digit split, BPE
-    # learned pieces like `":"2026-0` and `5-1`, so the date 2026-05-14 (which the model must write from
-    # "14 May") and every id, price and time came out as a different mix of digit chunks per value. Split
-    # into single digits (as Gemma's own tokenizer does; build 5-6), a value was written the same way
-    # everywhere, but a one-digit day cost two decisions, `0` then `2`, and the tiny model wrote the day's
-    # digit where its zero goes (2026-05-02 -> 2026-05-22): a warm start of build 6 wrote 10 of 130 one-digit
-    # days wrong against 1 of 292 two-digit days (its searches on 576 held-out episodes, counted as `python -m
-    # cells diagnose` counts), and three of the probe's four wrong bookings were such dates. In pairs, `02` and
-    # `14` are each one token and a day is one choice: the same warm start trained with pairs wrote 0 of 130
-    # wrong, and the cpu-learn run of build 7 all its dates right. Cost: none; expert conversations shrink 11%
-    # (732 -> 650 tokens on 180 of stages 1-3), their trained part 8% (147 -> 135).
-    # String values are split off their keys (JSON_STRING_VALUE). Without this, BPE learned key+value tokens
-    # such as `payment_token":"tok_payments.basic_` and `flight_id":"AI-`, so an id the agent writes began with
-    # a token that never occurs where the id was shown (`"token":"tok`, `_`, `payments.v`, ...): the first
-    # piece of every copied id was a choice from habit, not a copy. The probe's invented ids were exactly that,
-    # `tok_payments.basic_22_c4f9` for an upgraded `tok_payments.v2_c4f9`. Split off, a value tokenizes the same
-    # in a tool result and in the call that copies it. Cost: expert conversations grow ~12% (683 -> 767 tokens
-    # on 180 of stages 1-3), their trained part ~8% (145 -> 156).
-    # Every pair is made a token (ALL_DIGIT_PAIRS). BPE learns merges by frequency, and the corpus alone left 9 of
-    # the 100 pairs unmerged at vocab 4096 (42, 68, 77, 79, 81, 84, 88, 95, 98): `6E-8860` came out as `8`,`8`,`60`
-    # where `6E-2653` is `26`,`53`, and a model trained on that tokenizer booked the invented `6E-7860` for a
-    # shown `6E-8860`. The pairs merge only with each other (digits are isolated pre-tokens), so the extra text takes
-    # the places of the 9 least frequent merges and changes nothing else.
+    # learns pieces like `":"2026-0` and `5-1`, so the date 2026-05-14 (which the model must write from
+    # "14 May") and every id, price and time come out as a different mix of digit chunks per value. Single digits
+    # (as Gemma's own tokenizer does) make a one-digit day two decisions, `0` then `2`, and the tiny model writes
+    # the day's digit where its zero goes (2026-05-02 -> 2026-05-22). In pairs, `02` and `14` are each one token:
+    # a value is written the same way everywhere and a day is one choice.
+    # String values are split off their keys (JSON_STRING_VALUE). Without this, BPE learns key+value tokens
+    # such as `payment_token":"tok_payments.basic_` and `flight_id":"AI-`, so an id the agent writes begins with
+    # a token that never occurs where the id was shown (`"token":"tok`, `_`, `payments.v`, ...): the first piece
+    # of every copied id is a choice from habit, not a copy (an invented `tok_payments.basic_22_c4f9` for an
+    # upgraded `tok_payments.v2_c4f9`). Split off, a value tokenizes the same in a tool result and in the call
+    # that copies it.
+    # Every pair is made a token (ALL_DIGIT_PAIRS). BPE learns merges by frequency, and the corpus alone leaves
+    # some of the 100 pairs unmerged: `6E-8860` would come out as `8`,`8`,`60` where `6E-2653` is `26`,`53`, one
+    # more way to write an id that was shown. The pairs merge only with each other (digits are isolated
+    # pre-tokens), so the extra text takes the places of the least frequent merges and changes nothing else.
     texts = [*texts, *([ALL_DIGIT_PAIRS] * DIGIT_PAIR_REPEATS)]
     core.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(JSON_STRING_VALUE), behavior="isolated"),
@@ -205,12 +210,52 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     if unmerged:
         raise TokenizerBuildError(f"the tokenizer left digit pairs {unmerged} unmerged at vocab {vocab_size}; "
                                   "raise DIGIT_PAIR_REPEATS or the vocab size")
+    return wrap_tokenizer(core)
+
+
+def wrap_tokenizer(core: Any) -> Any:
+    """A `tokenizers.Tokenizer` as the Gemma-style `PreTrainedTokenizerFast` the pipeline uses (special tokens,
+    left padding, the chat template)."""
+    from transformers import PreTrainedTokenizerFast
+
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         additional_special_tokens=[START_OF_TURN, END_OF_TURN], padding_side="left",
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+def tokenizer_file(vocab_size: int, version: int = TOKENIZER_VERSION) -> Path:
+    """Where the committed tokenizer of `vocab_size` tokens, version `version`, lives."""
+    return TOKENIZER_DIR / f"tiny-v{version}-{vocab_size}.json"
+
+
+def versioned_tokenizer(vocab_size: int) -> Any | None:
+    """The committed tokenizer for `vocab_size` at `TOKENIZER_VERSION`, or None when there is none."""
+    path = tokenizer_file(vocab_size)
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return wrap_tokenizer(Tokenizer.from_file(str(path)))
+
+
+def write_versioned_tokenizers(vocab_sizes: Iterable[int], texts: tuple[str, ...] | None = None) -> list[Path]:
+    """Train one tokenizer per vocabulary size from `texts` (default: today's corpus) and save them as version
+    `TOKENIZER_VERSION`; refuses to overwrite an existing file (bump the version instead)."""
+    texts = corpus_texts() if texts is None else texts
+    written = []
+    for vocab_size in sorted(set(vocab_sizes)):
+        path = tokenizer_file(vocab_size)
+        if path.exists():
+            raise TokenizerBuildError(f"{path} exists: a written version never changes; bump TOKENIZER_VERSION "
+                                      f"(now {TOKENIZER_VERSION}) to retrain")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(train_tokenizer(texts, vocab_size).backend_tokenizer.to_str(pretty=False) + "\n",
+                        encoding="utf-8")
+        written.append(path)
+    return written
 
 
 def tiny_config(recipe: TinyModelRecipe, tokenizer: Any) -> Any:
@@ -234,31 +279,37 @@ def tiny_config(recipe: TinyModelRecipe, tokenizer: Any) -> Any:
         tie_word_embeddings=True,
         # With tied embeddings at the default std 0.02, logits span only about +-1 (|h| ~ sqrt(hidden)
         # after the final norm), so a LoRA-only policy can barely move the output distribution.
-        # std 0.1 gives a +-6 logit range: measured, the GRPO learning check goes 0.0 -> 0.4 in 30 steps.
+        # std 0.1 gives a +-6 logit range, enough for GRPO's LoRA to move what the model samples.
         initializer_range=0.1,
     )
 
 
-def tiny_digest(recipe: TinyModelRecipe, texts: tuple[str, ...], seed: int) -> str:
-    """Cache key over everything that determines the built artefacts."""
-    parts = (TINY_BUILD_VERSION, recipe.__dict__, seed, CHAT_TEMPLATE, texts)
+def tiny_digest(recipe: TinyModelRecipe, tokenizer_source: str | tuple[str, ...], seed: int) -> str:
+    """Cache key over everything that determines the built artefacts (`tokenizer_source`: the versioned file's
+    text, or the corpus the tokenizer is trained from)."""
+    parts = (TINY_BUILD_VERSION, recipe.__dict__, seed, CHAT_TEMPLATE, tokenizer_source)
     return stable_digest(*parts, size=8).hex()
 
 
 def build_or_load_tiny(
     recipe: TinyModelRecipe, cache_root: Path, seed: int, texts: tuple[str, ...] | None = None
 ) -> tuple[Any, Any, Path]:
-    """Return `(base_model, tokenizer, cache_dir)`, building and caching them on first use."""
+    """Return `(base_model, tokenizer, cache_dir)`, building and caching them on first use. The tokenizer is the
+    committed version for the recipe's vocabulary; `texts` (or a vocabulary without one) trains it instead."""
     import torch
     from transformers import Gemma3ForCausalLM, PreTrainedTokenizerFast
 
-    texts = corpus_texts() if texts is None else texts
-    cache_dir = Path(cache_root) / tiny_digest(recipe, texts, seed)
+    versioned = tokenizer_file(recipe.vocab_size)
+    if texts is None and versioned.is_file():
+        source: str | tuple[str, ...] = versioned.read_text(encoding="utf-8")
+    else:
+        source = texts = corpus_texts() if texts is None else texts
+    cache_dir = Path(cache_root) / tiny_digest(recipe, source, seed)
     if (cache_dir / "model" / "config.json").is_file() and (cache_dir / "tokenizer").is_dir():
         tok = PreTrainedTokenizerFast.from_pretrained(cache_dir / "tokenizer")
         model = Gemma3ForCausalLM.from_pretrained(cache_dir / "model", dtype=torch.float32)
         return model, tok, cache_dir
-    tok = train_tokenizer(texts, recipe.vocab_size)
+    tok = train_tokenizer(texts, recipe.vocab_size) if texts is not None else versioned_tokenizer(recipe.vocab_size)
     with torch.random.fork_rng(devices=[]):  # deterministic init without touching the global RNG
         torch.manual_seed(seed)
         model = Gemma3ForCausalLM(tiny_config(recipe, tok))
@@ -273,3 +324,26 @@ def build_or_load_tiny(
     else:
         tmp.rename(cache_dir)
     return model, tok, cache_dir
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """`python -m cells.modeling.tiny --write`: train and save this version's tokenizer for every preset's
+    vocabulary (after bumping `TOKENIZER_VERSION`)."""
+    import argparse
+
+    from cells.step_02_profiles import PROFILES
+
+    parser = argparse.ArgumentParser(prog="python -m cells.modeling.tiny", description=_main.__doc__)
+    parser.add_argument("--write", action="store_true", help="train and write the missing versioned tokenizers")
+    args = parser.parse_args(argv)
+    sizes = sorted({p.tiny.vocab_size for p in PROFILES.values() if p.tiny is not None})
+    missing = [v for v in sizes if not tokenizer_file(v).is_file()]
+    print(f"tokenizer version {TOKENIZER_VERSION}; preset vocabularies {sizes}; missing {missing}")
+    if args.write and missing:
+        for path in write_versioned_tokenizers(missing):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -3,7 +3,7 @@
 - drift evidence: `evidence_for(events, patterns)` turns a catalogue pattern (step_06's
   `pattern_by_id` by default, or any mapping / callable of pattern_id -> pattern-shaped object)
   into a `DriftEvidence`;
-- task rules: `TaskRules` defaults to step_07's binding_checks (the BINDING_FACTS declaration),
+- task rules: `TaskRules` defaults to step_07's binding_checks (the BINDING_FACTS declaration, cells/tasks/catalog.py),
   check_constraint, script_of, LANGUAGE_SCRIPT and the user's topic detector (`default_rules()`);
   tests pass their own;
 - tool docs: `default_tool_args()` is the argument names each step_05 tool documents at reset.

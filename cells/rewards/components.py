@@ -32,7 +32,7 @@ MIN_SCRIPT_SHARE = 0.5  # a "mixed" message passes when most letters are in the 
 def task_booking(episode: Episode, rules: TaskRules) -> tuple[Booking | None, dict[str, Any]]:
     """The one live booking in the goal's domain that carries every binding fact, or None.
 
-    Binding facts (step_07's BINDING_FACTS plus every stated constraint that is not soft) are what the
+    Binding facts (BINDING_FACTS in cells/tasks/catalog.py plus every stated constraint that is not soft) are what the
     user said or only the user knows: route, dates, party size, times, names, GSTIN. Two live bookings
     in the goal's domain leave no task booking: the user asked for one.
     """

@@ -3,7 +3,7 @@
 A phone concierge's user acts on what they hear: they budget for the total they were told and quote the
 reference they were given when they call the vendor. So:
 
-- **The report binds.** `report_checks` checks step 7's `REPORT_FACTS` on the task booking: the submit message
+- **The report binds.** `report_checks` checks `REPORT_FACTS` (cells/tasks/catalog.py) on the task booking: the submit message
   states its reference (in any case) and its charged total (₹, Rs or INR, Indian or western digit groups, any
   script's digits: `i18n.amounts_in`), and every fired drift the user pays for (`user_pays` in the catalogue)
   whose evidence the agent saw was told in some message to the user, citing a token it saw, by the end. A task

@@ -265,14 +265,25 @@ def _errors(errors: Any) -> list[dict[str, Any]]:
     return out
 
 
+def default_env_workers(cpus: int | None = None) -> int:
+    """`serve`'s layout when no `--env-workers` is given: one env worker process on a host with two or more CPU
+    cores, where the sessions' envs then step beside the serving loop (`bench server`: at the default 64-session
+    cap only this layout meets both targets; docs/serving.md); none on a single core, where a worker would only
+    take turns with the loop on that core and add its hop to every step."""
+    cpus = os.cpu_count() if cpus is None else cpus
+    return 1 if (cpus or 1) >= 2 else 0
+
+
 def serve(host: str = "127.0.0.1", port: int = 8000, stage: int = 1, *, limits: Limits | None = None,
-          insecure_local: bool = False, log_level: str = "info", env_workers: int = 0) -> None:
-    """Run the server with uvicorn until interrupted (tokens from the environment)."""
+          insecure_local: bool = False, log_level: str = "info", env_workers: int | None = None) -> None:
+    """Run the server with uvicorn until interrupted (tokens from the environment); `env_workers` None:
+    `default_env_workers()`."""
     import uvicorn
 
     token, judge_token = os.environ.get(TOKEN_ENV) or None, os.environ.get(JUDGE_TOKEN_ENV) or None
     check_tokens(host, token, judge_token, insecure_local)
     limits = limits or Limits()
+    env_workers = default_env_workers() if env_workers is None else env_workers
     app = build_app(stage, token=token, judge_token=judge_token, limits=limits, env_workers=env_workers)
     freeze_heap()
     try:

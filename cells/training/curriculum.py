@@ -15,7 +15,7 @@ How continuity works (one idea, three parts):
 cosine curve would silently jump), refuses its own stage's checkpoint when the knobs recorded in
 its sidecar differ from this run's (`checkpoints.check_reusable`, before any weights are loaded),
 and skips training when the stage is already complete. The caller checks the previous stage's
-checkpoint the same way (`stages.run_context_stage`).
+checkpoint the same way (`grpo_stage.run_grpo_stage`).
 """
 
 from __future__ import annotations

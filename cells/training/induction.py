@@ -2,13 +2,11 @@
 
 Why: every DriftCall booking carries strings the model must copy exactly from earlier in the episode (the
 issued `payment_token`, a `flight_id`, a `room_id`), and copying needs induction heads, which a pretrained
-Gemma has and the CPU profiles' randomly initialised tiny model does not. Measured on the cpu-learn model
-(`python -m cells diagnose` on its run): after 24,000 expert conversations of SFT alone, 0 of 153 booking
-calls carried the token the episode issued. With this synthetic task first (a random token string, random
-filler, the string again; loss on the repeat only; 2.2 minutes), the same 24,000 conversations left 101 of 104
-booking calls carrying it, and held-out success went from 0% to 26.7% (docs/experiments/). The loss shows the classic induction phase change: flat near ln(vocab) for ~1,400
-steps, then below 0.5 within ~200 more (batch 16, lr 3e-3), so the phase stops itself once the repeat is
-copied (`stop_loss`) instead of running a guessed number of steps.
+Gemma has and the CPU profiles' randomly initialised tiny model does not: SFT alone left that model's
+booking calls without the token the episode issued. The task here is a random token string, random filler, the
+string again, with the loss on the repeat only. Its loss shows the classic induction phase change (flat near
+ln(vocab) for a long time, then a sudden drop), whose onset varies from seed to seed, so the phase stops itself
+once the repeat is copied (`stop_loss`) instead of running a guessed number of steps.
 
 The data is a seeded `torch.utils.data.IterableDataset`; training is a `transformers.Trainer` (the ecosystem's
 loop, schedule, clipping and progress bar) with the warm start's labelled-positions loss (only the repeat is
@@ -125,12 +123,8 @@ def _name_list(generator: Any, low: int, high: int) -> tuple[Any, Any, Any]:
 _MAKERS = {"uniform": _uniform_string, "small_alphabet": _small_alphabet_string, "name_list": _name_list}
 COPY_KINDS = tuple(_MAKERS)  # ("uniform", "small_alphabet", "name_list")
 # What copy pretraining trains on: uniform strings only, though the agent's ids are not like them (`copy_example`).
-# Measured on the cpu-learn model (`copy_accuracy`, 200 held-out strings a kind; `python -m cells bench copy`):
-# uniform training to the stop loss (1,725 steps, as in the run) copies uniform 60.5%, small_alphabet 9.5%,
-# name_list 2.0% exactly; 1,000 more steps on the three kinds mixed: 76.0%, 14.5%, 2.5%. Mixed from the start
-# (`--from-scratch`) it did not reach the stop loss in 4,000 steps (loss 1.83, 5.6 min): 76.0%, 16.0%, 1.5%.
-# This 644k-parameter model learns repeat-proof copying far too slowly for the run's budget, so the other kinds
-# are measured after every copy pretraining, not trained (docs/experiments/2026-12-04-cpu-learn.md).
+# The tiny model learns to copy the other kinds far too slowly for the run's budget (`python -m cells bench copy`
+# measures it), so they are measured after every copy pretraining (`copy_accuracy`), not trained.
 TRAIN_KINDS = ("uniform",)
 
 

@@ -100,6 +100,18 @@ def logs_to_row(logs: dict[str, Any], stage: int, step: int, extra: dict[str, An
     return row
 
 
+def grpo_compute_seconds(path: str | Path) -> tuple[dict[int, float], str]:
+    """GRPO's compute per curriculum stage, and its measure: the CPU seconds of its optimiser steps (`step_cpu`,
+    rollouts included: what the equal-compute controls are given, robust to other work sharing the cores), or,
+    in a run logged before they were, the steps' wall seconds (`step_time`)."""
+    rows = read_metrics_csv(path)
+    key = "step_cpu" if rows and all("step_cpu" in (r.get("extra") or {}) for r in rows) else "step_time"
+    out: dict[int, float] = {}
+    for row in rows:
+        out[int(row["stage"])] = out.get(int(row["stage"]), 0.0) + float((row.get("extra") or {}).get(key) or 0.0)
+    return dict(sorted(out.items())), ("cpu" if key == "step_cpu" else "wall")
+
+
 def read_metrics_csv(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a metrics.csv: `stage`/`step` as int, numbers as float, '' as None, `extra` as dict."""
     out: list[dict[str, Any]] = []

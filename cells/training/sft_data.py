@@ -3,55 +3,34 @@
 - `generate_conversations(plan, seed)`: the expert plays fresh training seeds for each
   `(stage, count, language_weights)` of the plan (the profile's languages per stage reach the data);
   the episodes are interleaved by stage, so a prefix of the list is already a stage mix.
-- Search drills (`search_drills` per conversation, a profile knob): the start of a further fresh expert
-  episode up to and including its search call (`cells.step_04_datatypes.GOAL_SEARCH_TOOLS`), with the system
-  prompt cut to its last line, the caller's time (`cells.agent.prompt.format_now`). Why: mapping the spoken
-  slot (month, city, cab place) to its canonical value is learnt only at that one turn of a ~800-token
-  conversation, and a warm start without drills got many such slots wrong (`python -m cells diagnose`). A drill is ~150 tokens and ends with that turn, so the same compute shows the mapping several
-  times more often. The utterance keeps its distance to the search call, and the time line its distance to the
-  utterance, as in the full prompt.
-- Booking drills (`booking_drills` per conversation, a profile knob): the start of a further fresh expert episode
-  up to and including its first booking or order call (`cells.step_04_datatypes.GOAL_WRITE_TOOLS`), behind the
-  same one-line system prompt. Why: the choice a booking carries (the first flight departing inside the user's
-  window, the class the user named, a portion per diner, the names the user gave) is made at that one turn, and
-  a warm start without these drills got those choices wrong in most of its failed development episodes under a
-  judge that binds every fact the user stated (`python -m cells diagnose --dev --warm-start`). A drill carries the
-  search result it chooses from: ~420-490 tokens by stage against ~550-750 for a full conversation, ~160-180 for
-  a search drill (cpu-learn's tokenizer, 60 seeds a stage).
-- Recovery drills (`recovery_drills` per conversation, a profile knob; the warm start asks for them in the drifted
-  stages 2-3 only): a further fresh expert episode that succeeded although a booking or order call was refused
-  with a list of the options still `available` (`BOOKING_WINDOW_CLOSED`, `VEHICLE_CLASS_UNAVAILABLE`,
-  `ROOM_TYPE_UNAVAILABLE`), up to and including the expert's next call to that tool (the new choice: its rule
-  applied to what is still available; a word to the user about a drift may come first), behind the same
-  one-line system prompt. Why these refusals only: a warm start without them sent the same call again after
-  half of its `BOOKING_WINDOW_CLOSED` refusals but after almost none of those that need one argument fixed
-  (missing fields, scopes, MFA, GSTIN, which full conversations teach well), and the repeats were its probe
-  offences (`python -m cells diagnose --refusals`; docs/experiments/). Only ~6.5% of stage-2/3 expert episodes
-  meet such a refusal, so the drills scan ~15 seeds each (`CHOICE_DRILL_SEEDS_PER`); a drill is ~630 tokens (the
-  search result it chooses from is most of it).
-- Year-turn drills (`year_turn_drills` per conversation, a profile knob): search drills on seeds whose goal dates
-  something in the next calendar year (`cells.step_07_tasks.crosses_year`: a January date asked for in December,
-  the year unsaid). Why: without them a warm start wrote this year (`2026-01-09` for `2027-01-09`) or this month
-  (`2026-12-02` for `2027-01-02`) with the day right. Only ~2.5% of goals cross the year, so few examples showed
-  the rule; the drills scan ~40 seeds each (`YEAR_TURN_SEEDS_PER`), most ruled out by their clock alone
-  (`may_cross_year`).
-- Field drills (`field_drills` per conversation, a profile knob): the start of a further fresh expert episode in
-  which the goal's search or booking tool requires an argument it never declares, a fact of the goal
-  (`new_field_choices`; with today's goals the airline's booking wants `from` or `to`, the hotel's search `rooms`
-  or `room_type`, its booking `city`; the seed picks one; set through the env's drill control
-  `DriftCallEnv.require_argument`, so the tool docs do not name it). The expert's usual call is refused with the
-  vendor's own `MISSING_REQUIRED_FIELD` naming the argument and follows again with it appended after the others
-  (`ExpertMeetingANewField`): up to and including that repaired call, behind the same one-line system prompt. The
-  refused call is the expert's usual one, learnt from every conversation, so it carries `NO_LOSS_KEY` (no loss)
-  and the drill trains only the repair. Why: the only such error a warm start otherwise sees is one drift's
-  (`passenger_count` at the airline), and a warm start trained without the `latin` split's withheld patterns
-  answered `cab.book`'s "add `city`" error by calling `airline.book` (`python -m cells diagnose --reach --pattern
-  cab_city_required`: never solved in 96 samples). An earlier variant dropped one of the call's own arguments and
-  resent the usual call; its warm start then resent `cab.book` unchanged, since writing the usual call passed every
-  one of those drills. These drills pass only if the field named in the error, valued from the conversation, is
-  added. They stay at goal domains where no withheld pattern's recovery is such an error
-  (`field_drill_domains`): with `latin`, the airline and the hotel; the cab and the restaurant keep theirs for GRPO
-  and evaluation. Off in every preset.
+- Drills: the start of a further fresh expert episode, cut right after the one turn it teaches, behind a system
+  prompt cut to its last line, the caller's time (`cells.agent.prompt.format_now`); the utterance keeps its
+  distance to the cut turn, and the time line its distance to the utterance, as in the full prompt. Why: the
+  turn a drill teaches is one of many in a full conversation, and a drill shows it several times more often per
+  second of training. Each kind is a profile knob (drills per conversation):
+  - search drills (`search_drills`): up to its search call (`GOAL_SEARCH_TOOLS`): the spoken slot (month, city,
+    cab place) mapped to its canonical value;
+  - booking drills (`booking_drills`): up to its first booking or order call (`GOAL_WRITE_TOOLS`): the choice a
+    booking carries (the first flight inside the user's window, the class the user named, a portion per diner,
+    the names the user gave), with the search result it chooses from;
+  - recovery drills (`recovery_drills`; the warm start asks for them in the drifted stages 2-3 only): an episode
+    that succeeded although a booking or order call was refused with the options still `available`
+    (`BOOKING_WINDOW_CLOSED`, `VEHICLE_CLASS_UNAVAILABLE`, `ROOM_TYPE_UNAVAILABLE`), up to the expert's next call
+    to that tool (its rule applied to what is still available). Only these refusals: the others need one argument
+    fixed, which full conversations already teach; few expert episodes meet such a refusal, so each drill scans
+    up to `CHOICE_DRILL_SEEDS_PER` seeds;
+  - year-turn drills (`year_turn_drills`): search drills on goals dated in the next calendar year
+    (`cells.step_07_tasks.crosses_year`: a January date asked for in December, the year unsaid), rare among
+    goals, so each scans up to `YEAR_TURN_SEEDS_PER` seeds, most ruled out by their clock alone
+    (`may_cross_year`);
+  - field drills (`field_drills`): the goal's search or booking tool requires an argument it never declares, a
+    fact of the goal (`new_field_choices`, set through the env's drill control `DriftCallEnv.require_argument`,
+    so the tool docs do not name it). The expert's usual call is refused with the vendor's own
+    `MISSING_REQUIRED_FIELD` naming the argument and follows again with it appended (`ExpertMeetingANewField`),
+    cut after that repaired call. The refused call carries `NO_LOSS_KEY` (it is learnt from every conversation
+    anyway), so the drill trains only the repair, and it passes only if the named field, valued from the
+    conversation, is added. They stay at goal domains where no withheld pattern's recovery is such an error
+    (`field_drill_domains`), so a drift split's withheld patterns stay unseen in the demonstrations.
 - `tokenize_conversation(tokenizer, messages)`: token ids and labels by incremental chat-template rendering
   (`cells.agent.chat.render_segments`), the way the GRPO rollout sees an episode. Environment/user text gets
   label -100; an assistant turn's tokens are trained up to and including the first stop token
@@ -59,20 +38,18 @@
   is not. An assistant message carrying `NO_LOSS_KEY` (a field drill's refused call) is context: label -100. Each
   segment is tokenized separately, as the rollout does. A template that is not prefix-preserving (a later render
   rewrites earlier text) raises `ChatTemplateError`.
-- `tokenize_all(tokenizer, conversations)`: `tokenize_conversation` per conversation, with a
-  progress bar. Rendering the chat template prefix by prefix (Jinja) is ~60% of that time and cannot be
-  batched, so from `PARALLEL_MIN` conversations on, chunks go to forked worker processes, one per core
-  (results identical and in order). cpu-learn's 96,000 examples took 4.8 min in one process on the slowed 2-core
-  host (~330/s); step 15 prints how long it took.
+- `tokenize_all(tokenizer, conversations)`: `tokenize_conversation` per conversation, with a progress bar. Rendering
+  the chat template prefix by prefix (Jinja) is most of that time and cannot be batched, so from `PARALLEL_MIN`
+  conversations on, chunks go to forked worker processes, one per core (results identical and in order); step 15
+  prints how long it took.
 - `RightPadCollator`: pads on the right, labels -100 on padding, attention mask all ones. Why all ones:
   with right padding and causal attention a real token at position t only attends to positions <= t,
   which are all real, so a padding mask changes nothing for the tokens that carry a label. An all-ones
-  mask lets transformers hand SDPA `is_causal=True` (its fused kernel) instead of an explicit 4-D mask.
-  Measured on the shared 2 cores: one 8 x 768 batch in isolation trained 1.8x faster (6,342 vs 3,529
-  tokens/s, quiet machine, 2 threads; with 1 thread both cost the same CPU time), while on real
-  length-grouped batches `bench train` gave x1.09 (5,595 vs 5,150 tokens/s, quiet) and swung either way
-  under load: a modest, exact gain. Padding outputs are computed and thrown away; length-grouped
-  batches (`train_sampling_strategy="group_by_length"`) keep that waste small (~6% of batch cells).
+  mask lets transformers hand SDPA `is_causal=True` (its fused kernel) instead of an explicit 4-D mask, an exact
+  gain. Padding outputs are computed and thrown away; length-grouped batches
+  (`train_sampling_strategy="group_by_length"`) keep that waste small.
+
+How each drill kind was chosen, with the runs and figures: docs/experiments/ (2026-12-06-preset-notes.md).
 """
 
 from __future__ import annotations
@@ -521,3 +498,32 @@ class RightPadCollator:
         self.padded += input_ids.numel()
         return {"input_ids": input_ids, "labels": labels, "attention_mask": torch.ones_like(input_ids)}
 
+
+SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.seed + (s-1) * stride
+
+
+def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int = 0) -> EpisodePlanItem:
+    """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
+    budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
+    `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
+    and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
+    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) and the warm start's
+    development gate (`cells.training.warm_start_gate`, at `offset` seeds into its block) later ones, same recipe."""
+    from cells.step_06_drift import demonstration_pool, drift_split
+
+    # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
+    recovery = profile.sft_recovery_drills if stage > 1 else 0.0
+    pool = (demonstration_pool(drift_split(profile.drift_split), profile.drift_train_instances)
+            if profile.drift_split else None)
+    return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
+                           profile.seed + seed_block * SFT_STAGE_SEED_STRIDE + offset, profile.sft_search_drills,
+                           profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
+                           profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source)
+
+
+def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
+    """`n` conversations split evenly over `stages` as `(stage, count)`; earlier stages take the remainder."""
+    if not stages:
+        raise ValueError("sft_stages must name at least one curriculum stage")
+    base, extra = divmod(n, len(stages))
+    return [(stage, base + (1 if i < extra else 0)) for i, stage in enumerate(stages)]

@@ -1,4 +1,4 @@
-"""Context-level glue shared by steps 15-17: directories, previous-stage lookup, result recording.
+"""Context-level glue shared by steps 15-17: directories, reuse guards, the previous stage's checkpoint.
 
 Layout under `ctx.run_dir`:
 
@@ -10,7 +10,7 @@ Layout under `ctx.run_dir`:
 `ctx.trainer_state` gets `warm_start` (WarmStartResult) and `stage1..3` (StageResult);
 `ctx.artifacts` gets `warm_start_adapter`, `stage{n}_checkpoint` and `metrics_csv`.
 
-Reuse is guarded: the warm start (`guard_warm_start`) and each stage (`run_context_stage`) reuse
+Reuse is guarded: the warm start (`guard_warm_start`) and each stage (`grpo_stage.run_grpo_stage`) reuse
 what `training/` holds only when its sidecar records the knobs this profile has now
 (`checkpoints.stage_knobs`), else `RunDirMismatchError`. With `ctx.fresh` (`--fresh`), the first
 training step of the run deletes `training/` instead, so everything retrains from the warm start.
@@ -19,7 +19,6 @@ training step of the run deletes `training/` instead, so everything retrains fro
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +30,13 @@ from cells.training.checkpoints import (
     check_reusable,
     checkpoint_step,
     latest_checkpoint,
-    load_adapter_weights,
     stage_knobs,
     write_meta,
 )
-from cells.training.curriculum import CurriculumError, StageResult, run_stage, stage_plans, total_steps
+from cells.training.curriculum import CurriculumError, StageResult, stage_plans, total_steps
 
-# (ctx, stage, output_dir, callbacks) -> a transformers Trainer; each step module owns one.
-StageTrainerBuilder = Callable[[Any, int, Path, list[Any]], Any]
-REFERENCE_ADAPTER = "ref"
-WARM_START_DIRS = ("adapter", "model")  # what step 15 saves: a LoRA adapter (GPU) or the whole tiny model (CPU)  # the frozen copy TRL's GRPOTrainer adds to a peft model when beta != 0
+REFERENCE_ADAPTER = "ref"  # the frozen copy TRL's GRPOTrainer adds to a peft model when beta != 0
+WARM_START_DIRS = ("adapter", "model")  # what step 15 saves: a LoRA adapter (GPU) or the whole tiny model (CPU)
 
 
 def training_root(ctx: Any) -> Path:
@@ -152,28 +148,3 @@ def note_if_reused(ctx: Any, step_module: str, *trained: int) -> None:
     run this session) is 0: the step only reloaded finished training, so its time is not the training's."""
     if not any(trained):
         ctx.reused_steps.add(step_module.rsplit(".", 1)[-1])
-
-
-def run_context_stage(ctx: Any, stage: int, builder: StageTrainerBuilder) -> StageResult:
-    """Run GRPO curriculum `stage` for `ctx` with `builder`, record it and return the result."""
-    start_over_if_fresh(ctx)
-    plan = stage_plans(ctx.profile.steps_per_stage)[stage - 1]
-    previous = previous_stage_checkpoint(ctx, stage)
-    drop_reference_adapter(ctx.model)
-
-    def factory(output_dir: Path, callbacks: list[Any]) -> Any:
-        return builder(ctx, stage, output_dir, callbacks)
-
-    result = run_stage(
-        stage, factory, stage_dir(ctx, stage), previous, plan.end_step,
-        metrics_path=metrics_path(ctx), profile_name=ctx.profile.name,
-        knobs=stage_knobs(ctx.profile, stage), resolved_profile=ctx.profile.to_dict(),
-    )
-    if result.trained_steps == 0 and ctx.model is not None:  # skipped: bring the model up to date
-        load_adapter_weights(ctx.model, result.checkpoint)
-    ctx.trainer_state[f"stage{stage}"] = result
-    ctx.artifacts[f"stage{stage}_checkpoint"] = result.checkpoint
-    ctx.artifacts["metrics_csv"] = result.metrics_path
-    print(f"[stage {stage}] steps {plan.start_step}->{result.final_step} "
-          f"({result.trained_steps} trained, {result.seconds:.1f}s) checkpoint={result.checkpoint}")
-    return result

@@ -9,12 +9,12 @@ live in `cells.training.sft_data`.
 
 Loss on labelled positions only (`LabelledPositionsSFTTrainer`, full-weight warm starts): TRL 1.16's
 `SFTTrainer` computes the loss through its chunked fused LM head, which projects every position through the
-vocabulary in fp32 tiles. On 2 CPU cores that head took ~65% of each step for the cpu-learn model
-(cProfile: forward 9.6 s + backward 16.6 s of a 40 s run). Projecting only the positions that carry a label
-(~14% of an expert conversation) trains the same loss 3.2x faster (15,351 vs 4,804 training tokens/s, same
-30 batches, one process); everything else (data, optimiser, schedule, logging, callbacks) stays TRL's.
-Gradient checkpointing (TRL's default) is off for these sub-1M-parameter models: memory is not the limit, and
-recomputing activations cost a further 1.18x. Adapter (GPU) warm starts keep TRL's own loss path.
+vocabulary in fp32 tiles. On a CPU that head is most of a step for the tiny models, while only the positions
+that carry a label (a small share of an expert conversation) enter the loss: projecting only those trains the
+same loss several times faster (`python -m cells bench train` measures it against TRL's path); everything else
+(data, optimiser, schedule, logging, callbacks) stays TRL's. Gradient checkpointing (TRL's default) is off for
+these sub-1M-parameter models: memory is not the limit, and recomputing activations only costs time. Adapter
+(GPU) warm starts keep TRL's own loss path.
 
 This avoids TRL's `assistant_only_loss`, which needs `{% generation %}` markers in the template
 (Gemma's has none, and our project tokenizer's template should render exactly like Gemma's).
@@ -31,6 +31,11 @@ from typing import Any
 
 from cells.training.sft_data import IGNORE_INDEX, RightPadCollator, WarmStartError, tokenize_all
 
+# SFT continued from a finished cosine warm start (the SFT-only control, the development gate's rounds) restarts
+# its own cosine schedule at this share of the profile's SFT learning rate: the warm start's schedule decayed to ~0,
+# and restarting at the full peak would first undo part of what it learned.
+CONTINUED_SFT_LR_SHARE = 0.3
+
 
 @dataclass(frozen=True)
 class WarmStartResult:
@@ -44,6 +49,7 @@ class WarmStartResult:
     losses: tuple[float, ...]  # training loss per logged step
     seconds: float = 0.0  # wall time of `trainer.train()` (0 when a saved warm start was reused)
     full_model: bool = False
+    cpu_seconds: float = 0.0  # this process's CPU time in `trainer.train()`: the controls' compute measure
 
     @property
     def adapter_dir(self) -> Path:
@@ -53,6 +59,10 @@ class WarmStartResult:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.tokens / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +74,8 @@ class WarmStartResult:
             "steps": self.steps,
             "seconds": round(self.seconds, 3),
             "tokens_per_s": round(self.tokens_per_s, 1),
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "tokens_per_cpu_s": round(self.tokens_per_cpu_s, 1),
             "losses": list(self.losses),
         }
 
@@ -227,9 +239,9 @@ def sft_warm_start(
     trainer_cls = labelled_positions_trainer_cls() if labelled_loss else SFTTrainer
     trainer = trainer_cls(model=model, args=SFTConfig(**kwargs), train_dataset=dataset, processing_class=tokenizer,
                          data_collator=collator, callbacks=list(callbacks) or None)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     saved = output_dir / ("model" if full else "adapter")
     if trainer.is_world_process_zero():  # several processes hold the same weights: one writes them
         trainer.model.save_pretrained(str(saved))
@@ -237,7 +249,7 @@ def sft_warm_start(
     trainer.accelerator.wait_for_everyone()
     losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     return WarmStartResult(saved, len(dataset), collator.tokens, collator.labelled, trainer.state.global_step, losses,
-                           seconds, full)
+                           seconds, full, cpu_seconds)
 
 
 def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
@@ -245,8 +257,7 @@ def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
     (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need): the one saved with the
     model, else the export's (step 24), else the tiny cache's. Why in that order: the tiny tokenizer is trained on
     the project's own text and cached by its digest, so a fixture edited after the run (a drift, a phrase) builds
-    a different tokenizer, and a warm start fed other ids plays as a broken model (a control trained that way
-    scored 37% against the warm start's 91%)."""
+    a different tokenizer, and a warm start fed other ids plays as a broken model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -265,3 +276,25 @@ def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
         _, tokenizer, _ = build_or_load_tiny(profile.tiny, Path(run_dir) / "tiny_model", profile.seed)
     tokenizer.padding_side = "left"
     return profile, AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), tokenizer
+
+
+def load_full_warm_start(model: Any, tokenizer: Any, model_dir: Path) -> Any:
+    """The whole warm-started model saved in `model_dir` (fp32, the class of `model`), refused if it was trained on
+    other token ids than `tokenizer` gives (`refuse_other_tokenizer`)."""
+    import torch
+
+    base = type(model).from_pretrained(str(model_dir), dtype=torch.float32)
+    refuse_other_tokenizer(tokenizer, model_dir)
+    return base
+
+
+def refuse_other_tokenizer(tokenizer: Any, model_dir: Path) -> None:
+    """Raise when the saved warm start was trained on other token ids than `tokenizer` gives: the tiny tokenizer is
+    trained on the project's own text, so a fixture edited since the warm start changes it."""
+    if not (model_dir / "tokenizer.json").is_file():
+        return  # saved before warm starts kept their tokenizer: nothing to compare
+    from transformers import AutoTokenizer
+
+    if AutoTokenizer.from_pretrained(str(model_dir)).get_vocab() != tokenizer.get_vocab():
+        raise RuntimeError(f"the warm start in {model_dir} was trained with another tokenizer than this checkout "
+                           "builds (a fixture the tokenizer learns from changed since): rerun with --fresh")

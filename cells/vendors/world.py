@@ -172,10 +172,9 @@ def memo_listings(fn: Callable[..., list[dict[str, Any]]]) -> Callable[..., list
 
     Search and then book (and the policy checks) each rebuilt the same seeded listing, which was
     the largest part of an env step. Entries live in the episode's `World.listings_memo`, so they die
-    with the episode. They lived in one cache per process before (up to 4,096 entries per vendor): its
-    listings were most of the objects every full garbage collection scanned, pauses that grew to 30-110 ms
-    as it filled and set the server's p99 latency. Cached listings are shared: treat them as read-only,
-    as every handler already does (responses are built from them, never into them)."""
+    with the episode: a cache per process would hold most of the objects every full garbage collection scans,
+    pauses that grow as it fills and land on a served step's latency. Cached listings are shared: treat them as
+    read-only, as every handler already does (responses are built from them, never into them)."""
 
     @functools.wraps(fn)
     def cached(world: World, *query: Any) -> list[dict[str, Any]]:
