@@ -1,5 +1,5 @@
 """Command line: `python -m cells list | run --profile NAME [--steps 4-7] | bench env | results | control | splits
-| curve | diagnose | serve | judge | profiles`."""
+| curve | diagnose | serve | judge | profiles | families`."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def _cmd_splits(args: argparse.Namespace) -> int:
     return splits_main(["--run-dir", args.run_dir, "--per-set", str(args.per_set)]
                        + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else [])
                        + (["--pool", *args.pool] if args.pool else [])
-                       + (["--oracle", args.oracle] if args.oracle else []))
+                       + (["--oracle", args.oracle] if args.oracle else []) + (["--out", args.out] if args.out else []))
 
 
 def _cmd_curve(args: argparse.Namespace) -> int:
@@ -120,6 +120,24 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_families(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cells.drift.families import FAMILIES_DOC
+    from cells.evaluation.docblocks import render, write_block
+    from cells.step_06_drift import families_doc_markdown
+
+    text = families_doc_markdown()
+    if not args.docs:
+        print(text)
+        return 0
+    command = "python -m cells families --docs"
+    path = write_block(Path(FAMILIES_DOC), "drift:families", render("drift:families", command, text, commit=""),
+                       append=False)
+    print(f"wrote the drift families into {path}")
+    return 0
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -128,9 +146,12 @@ def _non_negative(text: str) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from cells.openenv_env import DRIFT_ENV
     from cells.server.app import serve
     from cells.server.middleware import Limits
 
+    if args.drift:  # every session and env worker reads it (cells/openenv_env.py)
+        os.environ[DRIFT_ENV] = args.drift
     limits = Limits(max_sessions=args.max_sessions, session_ttl_s=args.session_ttl, send_timeout_s=args.send_timeout)
     serve(args.host, args.port, args.stage, limits=limits, insecure_local=args.insecure_local,
           env_workers=args.env_workers)
@@ -147,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The CLI's parser: every subcommand with its one-line help (tests/test_cli.py checks them against the README's
     command table and against each command's own `--help`)."""
     from cells.bench import BENCHES
-    from cells.step_02_profiles import PROFILES
+    from cells.step_02_profiles import DRIFT_SOURCES, PROFILES
 
     parser = argparse.ArgumentParser(prog="python -m cells", description="DriftCall: the pipeline and its tools.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -198,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "(docs/results/splits_pooled.json; with --docs also the plot and docs block)")
     p_splits.add_argument("--oracle", default=None, metavar="RUN_DIR",
                           help="with --pool: a run with every pattern demonstrated, evaluated with --split")
+    p_splits.add_argument("--out", default=None, metavar="JSON",
+                          help="with --pool and without --docs: write the pooled JSON here instead of the published one")
     p_splits.set_defaults(func=_cmd_splits)
     p_curve = _command(sub, "curve", "A finished CPU run's GRPO checkpoints on held-out episodes of its drift split's "
                                      "pattern sets: the learning curve (cells/bench/curve.py; --help there).",
@@ -215,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_profiles.add_argument("--docs", action="store_true",
                             help="write them into README.md and docs/profiles.md instead of printing")
     p_profiles.set_defaults(func=_cmd_profiles)
+    p_families = _command(sub, "families", "The drift families and how each generated split places their instances "
+                                           "(declared in cells/data/drift_families.yaml).")
+    p_families.add_argument("--docs", action="store_true", help="write them into docs/design.md instead of printing")
+    p_families.set_defaults(func=_cmd_families)
     p_diag = _command(sub, "diagnose", "Where a CPU run's models fail: its warm start's bookings, or --failures, "
                                        "--probe, --refusals, --dev, --reach (cells/evaluation/diagnose.py; --help "
                                        "there).", add_help=False)
@@ -228,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--send-timeout", type=float, default=30.0,
                          help="seconds a client may leave a reply unread before its session is reset and freed")
     p_serve.add_argument("--insecure-local", action="store_true", help="no agent token; loopback hosts only")
+    p_serve.add_argument("--drift", choices=DRIFT_SOURCES, default=None,
+                         help="which drifts sessions meet: the hand-written catalogue (default), the generated "
+                              "families' instances, or both (sets DRIFTCALL_DRIFT)")
     p_serve.add_argument("--env-workers", type=_non_negative, default=None,
                          help="run the sessions' envs in N worker processes (0: on the event loop); default 1 on a "
                               "host with 2+ CPU cores, 0 on one (docs/serving.md)")

@@ -15,6 +15,10 @@ schedule, the fired drifts, the goal's hidden facts (`goal.user`), the reward br
 for connections that present the judge token (a context variable, because OpenEnv's WebSocket loop reads
 `env.state` itself and passes no caller identity).
 
+Which drifts a served episode meets (`DriftCallEnv(drift_source=...)`: the catalogue, the generated families'
+instances, or both) comes from the `DRIFTCALL_DRIFT` environment variable when the caller names none, so every
+server process, env workers included, serves the same (`python -m cells serve --drift generated` sets it).
+
 Importing this module imports `openenv.core.env_server`, which pulls gradio (~4 s): step modules and
 `cells.server` import it inside functions only.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import os
 import re
 from typing import Any, Literal
 
@@ -139,6 +144,9 @@ def check_reset_args(seed: Any, episode_id: Any, extra: dict[str, Any]) -> None:
         raise ResetArgumentError("episode_id must be 1-128 characters of [A-Za-z0-9._:-]")
 
 
+DRIFT_ENV = "DRIFTCALL_DRIFT"  # the drift source served sessions meet (step 2's DRIFT_SOURCES; default handwritten)
+
+
 class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationModel, DriftCallStateModel]):
     """`DriftCallEnv` behind the OpenEnv `Environment` API; one instance per session."""
 
@@ -146,6 +154,7 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
 
     def __init__(self, stage: int = 1, language_weights: dict[str, float] | None = None, **kwargs: Any) -> None:
         super().__init__()
+        kwargs.setdefault("drift_source", os.environ.get(DRIFT_ENV) or "handwritten")
         self.core = DriftCallEnv(stage, language_weights, **kwargs)
         self._tools: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None  # (docs, encoded)
 

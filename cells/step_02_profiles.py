@@ -27,6 +27,7 @@ from cells.datamodel.seeding import (  # re-exported: where they were declared b
 from cells.distributed import is_main_process
 from cells.profiles.presets import PRESET_NOTES, PROFILES
 from cells.profiles.profile import (
+    DRIFT_SOURCES,
     KNOB_SCOPES,
     LANGUAGES,
     MIN_TURN_BUDGET,
@@ -155,7 +156,7 @@ def run(ctx: Context) -> Context:
 
 
 __all__ = [
-    "EVAL_SEEDS", "KNOB_SCOPES", "LANGUAGES", "MIN_TURN_BUDGET", "PRESET_NOTES", "PROBE_SEEDS", "PROFILES",
+    "DRIFT_SOURCES", "EVAL_SEEDS", "KNOB_SCOPES", "LANGUAGES", "MIN_TURN_BUDGET", "PRESET_NOTES", "PROBE_SEEDS", "PROFILES",
     "PROFILE_DOCS", "SEED_RANGES", "TRAIN_SEEDS", "TURN_BUDGETS", "Profile", "ProfileError", "SeedRange",
     "TinyModelRecipe", "get_profile", "knob", "knob_cap", "knob_choices", "knobs_in_scope", "knobs_markdown",
     "load_run_profile", "presets_markdown", "run", "with_knobs",

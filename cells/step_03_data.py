@@ -28,6 +28,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 # Required top-level keys per fixture; a fixture not listed here must still parse and carry `version`.
 FIXTURE_KEYS: dict[str, tuple[str, ...]] = {
     "drifts.yaml": ("version", "patterns"),
+    "drift_families.yaml": ("version", "families"),
     "templates.yaml": ("version", "templates"),
     "i18n.yaml": ("version", "cities", "phrases"),
 }

@@ -17,8 +17,15 @@ Splits (`splits:` in the same file, `DriftSplit`): which patterns the warm start
 `DriftPool` limits the patterns a schedule draws from (`demonstration_pool`, `reinforcement_pool`); without one,
 schedules draw from the whole catalogue, exactly as before splits existed.
 
-Reads nothing from the context; `run(ctx)` validates the catalogue and prints a kind x domain
-table (stored in `ctx.reports["drift_catalogue"]`).
+Generated drift (`cells/drift/`, cells/data/drift_families.yaml): every pattern is an instance of a drift family
+(its `family`, and the (family, domain, tool, field) `combination` a split holds out); the families' 1,000+
+generated instances are patterns too (`pattern_by_id` rebuilds one from its id, "gen/..."), scheduled with
+`build_schedule(..., source="generated" | "both")` (a family or hand-written pattern first, then a site, then an
+instance). A generated split (`GeneratedSplit`, e.g. `latin-gen`) holds out (a) a split of the catalogue,
+(b) family x vendor cells and (c) parameter values; its pools take the first `limit` of its training instances.
+
+Reads nothing from the context; `run(ctx)` validates the catalogue and the families and prints a kind x domain
+table (stored in `ctx.reports["drift_catalogue"]`) and the instances per family.
 Run alone: `python -m cells run --profile cpu-smoke --steps 6` (< 1 s).
 """
 
@@ -27,10 +34,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
+from cells.drift.families import (
+    FamilyError,
+    family_of,
+    instance,
+    is_generated,
+    load_families,
+    named_combination,
+    site_instances,
+)
+from cells.drift.holdout import HOLDOUT_KINDS, GeneratedSplit, parse_generated_splits
 from cells.errors import DriftCallError
+from cells.step_02_profiles import DRIFT_SOURCES
 from cells.step_04_datatypes import (
     DOMAINS,
     DRIFT_KINDS,
@@ -43,7 +61,8 @@ from cells.step_04_datatypes import (
     rng_for,
 )
 from cells.step_05_vendors import DEFAULT_FLAGS, TOOL_NAMES, ErrorCode, World, with_flags
-from cells.vendors import airline, hotel, restaurant
+from cells.vendors import airline, cab, hotel, restaurant
+from cells.vendors.world import GENERIC_FLAGS
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.context import Context
@@ -83,7 +102,8 @@ class Notice:
 
 @dataclass(frozen=True)
 class DriftPattern:
-    """One catalogue entry (see cells/data/drifts.yaml for the field meanings)."""
+    """One catalogue entry (see cells/data/drifts.yaml for the field meanings) or generated instance
+    (cells/data/drift_families.yaml: `family` names it, its id starts "gen/")."""
 
     id: str
     kind: str
@@ -98,6 +118,10 @@ class DriftPattern:
     why: str
     requires: tuple[str, ...] = ()
     user_pays: str | None = None  # what the user pays or may pay because of it: the judge makes the agent tell them
+    family: str = ""  # the drift family it is an instance of
+    combination: tuple[str, str, str, str] = ("", "", "", "")  # (family, domain, tool, field): what a split holds out
+    notices: dict[str, str] | None = None  # a generated notice's text per language (`notice.text` is English)
+    user_args: tuple[tuple[str, str], ...] = ()  # (argument, user topic): values only the user may supply
 
 
 # --- goal predicates named by `requires` ------------------------------------------------------
@@ -140,13 +164,31 @@ def _min_order_bites(goal: GoalSpec, pattern: DriftPattern) -> bool:
     return short and (budget is None or budget >= MIN_ORDER_BUDGET_INR)
 
 
+def _charge_above_mfa_threshold_any(goal: GoalSpec, pattern: DriftPattern) -> bool:
+    """As `_charge_above_mfa_threshold`, and at the cab and the restaurant: every fare is at least the cab's floor,
+    every order above the minimum order before any drift."""
+    threshold = pattern.mutation["mfa_threshold_inr"]
+    if goal.domain == "cab":
+        return threshold < cab.FARE_FLOOR_INR
+    if goal.domain == "restaurant":
+        return threshold < DEFAULT_FLAGS["restaurant"]["min_order_inr"]
+    return _charge_above_mfa_threshold(goal, pattern)
+
+
+def _first_dish_is(goal: GoalSpec, pattern: DriftPattern) -> bool:
+    """The dish the pattern withdraws is the first one the goal's diet allows at the planted restaurant (the natural
+    pick: refusing it bites; the planted dishes after it still fit)."""
+    return restaurant.planted_first_dish(goal) in pattern.mutation["unavailable_dishes"]
+
+
 PREDICATES: dict[str, Callable[[GoalSpec, DriftPattern], bool]] = {
     "goal_window_spans_10am": _window_spans_both_fits,
     "goal_not_mini": lambda g, p: (_constraint(g, "vehicle_class", "eq") or g.slots.get("vehicle_class")) != "mini",
     "goal_not_room_standard": lambda g, p: (_constraint(g, "room_type", "eq") or g.slots.get("room_type")) != "standard",
     "goal_diet_veg": lambda g, p: g.slots.get("diet") == "veg",
     "goal_budget_allows_min_order": _min_order_bites,
-    "goal_charge_above_mfa_threshold": _charge_above_mfa_threshold,
+    "goal_charge_above_mfa_threshold": _charge_above_mfa_threshold_any,
+    "goal_first_dish_is": _first_dish_is,
 }
 
 
@@ -207,20 +249,31 @@ class DriftPool:
             raise ValueError(f"favoured patterns {sorted(self.favoured - self.allowed)} are not allowed in the pool")
 
 
-def demonstration_pool(split: DriftSplit) -> DriftPool:
-    """What the warm start's expert episodes may meet: the demonstrated patterns only."""
-    return DriftPool(split.ids("demonstrated"))
+def trained_ids(split: DriftSplit | GeneratedSplit, which: str, limit: int | None = None) -> frozenset[str]:
+    """The patterns of set `which` training meets: a split's own; of a generated split, its hand-written ones and
+    those of its first `limit` training instances (`GeneratedSplit.training_ids`; None: all)."""
+    if not isinstance(split, GeneratedSplit):
+        return split.ids(which)
+    generated = frozenset(p for p in split.training_ids(limit) if split.set_of(p) == which)
+    return split.base.ids(which) | generated
 
 
-def reinforcement_pool(split: DriftSplit, reinforced_share: float) -> DriftPool:
-    """What GRPO's episodes may meet: demonstrated and reinforced patterns, reinforced ones picked with probability
-    `reinforced_share` wherever the goal admits one."""
-    return DriftPool(split.ids("demonstrated") | split.ids("reinforced"), split.ids("reinforced"), reinforced_share)
+def demonstration_pool(split: DriftSplit | GeneratedSplit, limit: int | None = None) -> DriftPool:
+    """What the warm start's expert episodes may meet: the demonstrated patterns only (`trained_ids`)."""
+    return DriftPool(trained_ids(split, "demonstrated", limit))
 
 
-REQUIRED_KEYS = ("id", "kind", "domain", "applies_to", "trigger", "mutation", "evidence", "adaptation",
+def reinforcement_pool(split: DriftSplit | GeneratedSplit, reinforced_share: float, limit: int | None = None
+                       ) -> DriftPool:
+    """What GRPO's episodes may meet: demonstrated and reinforced patterns (`trained_ids`), reinforced ones picked
+    with probability `reinforced_share` wherever the goal admits one."""
+    reinforced = trained_ids(split, "reinforced", limit)
+    return DriftPool(trained_ids(split, "demonstrated", limit) | reinforced, reinforced, reinforced_share)
+
+
+REQUIRED_KEYS = ("id", "family", "kind", "domain", "applies_to", "trigger", "mutation", "evidence", "adaptation",
                  "notice", "description", "why")
-OPTIONAL_KEYS = ("requires", "user_pays")
+OPTIONAL_KEYS = ("requires", "user_pays", "field")
 USER_PAYS_KINDS = ("pricing",)  # kinds that always change what the user pays, so must say what
 
 
@@ -266,15 +319,29 @@ def _parse_pattern(raw: Any, index: int, source: str) -> DriftPattern:
                         _str_list(ev, "fields", None, w), _str_list(ev, "tokens", None, w))
     if not (evidence.error_codes or evidence.fields or evidence.tokens):
         raise _fail(*w, "evidence", "nothing observable; allowed: a non-empty error_codes, fields or tokens list")
+    applies_to = _str_list(raw, "applies_to", GOAL_DOMAINS, w, nonempty=True)
     return DriftPattern(
-        id=raw["id"], kind=raw["kind"], domain=raw["domain"],
-        applies_to=_str_list(raw, "applies_to", GOAL_DOMAINS, w, nonempty=True),
+        id=raw["id"], kind=raw["kind"], domain=raw["domain"], applies_to=applies_to,
         trigger=_str_list(raw, "trigger", TOOL_NAMES, w, nonempty=True), mutation=dict(mutation),
         evidence=evidence, adaptation=_parse_adaptation(raw["adaptation"], w),
         notice=_parse_notice(raw["notice"], raw["kind"], w), description=raw["description"], why=raw["why"],
         requires=_str_list(raw, "requires", PREDICATES, w) if "requires" in raw else (),
-        user_pays=_parse_user_pays(raw, w),
+        user_pays=_parse_user_pays(raw, w), family=raw["family"],
+        combination=_named_combination(raw, applies_to, w),
     )
+
+
+def _named_combination(raw: dict[str, Any], applies_to: tuple[str, ...], where: tuple[str, str]
+                       ) -> tuple[str, str, str, str]:
+    """The (family, domain, tool, field) of a hand-written pattern: a named instance of a family of its kind."""
+    try:
+        family = family_of(str(raw["family"]))
+        combination = named_combination(family.name, raw["domain"], applies_to, raw.get("field"))
+    except FamilyError as exc:
+        raise _fail(*where, "family", f"{exc}; allowed: {sorted(load_families())}") from None
+    if family.kind != raw["kind"]:
+        raise _fail(*where, "family", f"{family.name} is a {family.kind} family; this pattern is {raw['kind']}")
+    return combination
 
 
 def _parse_user_pays(raw: dict[str, Any], where: tuple[str, str]) -> str | None:
@@ -385,11 +452,23 @@ def load_splits() -> dict[str, DriftSplit]:
     return parse_splits(load_fixture(CATALOGUE_FILE), load_catalogue())
 
 
-def drift_split(name: str) -> DriftSplit:
-    """The split called `name`; `DriftCatalogueError` naming the known ones otherwise."""
-    splits = load_splits()
+@cache
+def load_generated_splits() -> dict[str, GeneratedSplit]:
+    """The validated generated splits from cells/data/drift_families.yaml (cached): hold-outs over the hand-written
+    patterns (a base split of drifts.yaml) and the families' instances (`cells.drift.holdout`)."""
+    from cells.drift.families import FAMILIES_FILE
+    from cells.step_03_data import load_fixture
+
+    return parse_generated_splits(load_fixture(FAMILIES_FILE), load_splits(), load_catalogue())
+
+
+def drift_split(name: str) -> DriftSplit | GeneratedSplit:
+    """The split called `name` (of drifts.yaml or, generated, of drift_families.yaml); `DriftCatalogueError`
+    naming the known ones otherwise."""
+    splits: dict[str, Any] = {**load_splits(), **load_generated_splits()}
     if name not in splits:
-        raise DriftCatalogueError(f"no drift split {name!r} in {CATALOGUE_FILE}; known: {sorted(splits)}")
+        raise DriftCatalogueError(f"no drift split {name!r} in {CATALOGUE_FILE} or the generated splits; known: "
+                                  f"{sorted(splits)}")
     return splits[name]
 
 
@@ -402,10 +481,47 @@ def load_catalogue() -> tuple[DriftPattern, ...]:
 
 
 def pattern_by_id(pattern_id: str) -> DriftPattern:
+    """The catalogue pattern or generated instance (an id starting "gen/") `pattern_id` names; KeyError otherwise."""
+    if isinstance(pattern_id, str) and is_generated(pattern_id):
+        try:
+            return generated_pattern(pattern_id)
+        except FamilyError as exc:
+            raise KeyError(str(exc)) from None
     for p in load_catalogue():
         if p.id == pattern_id:
             return p
     raise KeyError(f"no drift pattern {pattern_id!r}; known: {[p.id for p in load_catalogue()]}")
+
+
+@lru_cache(maxsize=4096)
+def generated_pattern(pattern_id: str) -> DriftPattern:
+    """A generated instance (`cells.drift.families.instance`) as a catalogue pattern: its evidence, adaptation,
+    notice and what the user pays all come from its family's declaration."""
+    inst = instance(pattern_id)
+    unknown = sorted(set(inst.requires) - set(PREDICATES))
+    if unknown:
+        raise DriftCatalogueError(f"family {inst.family}: requires {unknown}; allowed: {sorted(PREDICATES)}")
+    ev = inst.evidence
+    adaptation = None if inst.adaptation is None else Adaptation(inst.adaptation[0], inst.adaptation[1])
+    notice = None if inst.notices is None else Notice(inst.notices["en"], str(inst.notice_token))
+    return DriftPattern(
+        id=inst.id, kind=inst.kind, domain=inst.domain, applies_to=inst.applies_to, trigger=inst.trigger,
+        mutation=inst.mutation, evidence=Evidence(ev["error_codes"], ev["fields"], ev["tokens"]),
+        adaptation=adaptation, notice=notice, description=inst.description, why=inst.why, requires=inst.requires,
+        user_pays=inst.user_pays, family=inst.family, combination=(inst.family, inst.domain, inst.tool, inst.field),
+        notices=inst.notices, user_args=inst.user_args)
+
+
+@cache
+def generated_patterns(domain: str) -> tuple[tuple[str, str, tuple[tuple[DriftPattern, ...], ...]], ...]:
+    """The generated instances of `domain`, by family: (family, kind, one tuple of patterns per site)."""
+    out = []
+    for family in load_families().values():
+        sites = tuple(tuple(generated_pattern(i.id) for i in site_instances(family, site))
+                      for site in family.sites if site.domain == domain)
+        if sites:
+            out.append((family.name, family.kind, sites))
+    return tuple(out)
 
 
 # --- schedules and application ---------------------------------------------------------------
@@ -429,22 +545,88 @@ def _pick(rng: Any, options: list[DriftPattern], pool: DriftPool | None) -> Drif
     return rng.choice(options)
 
 
-def build_schedule(stage: int, seed: int, goal: GoalSpec, pool: DriftPool | None = None
-                   ) -> tuple[ScheduledDrift, ...]:
-    """The drifts of one episode: pure in (stage, seed, goal, pool), with its own RNG. A pool that leaves a goal
-    no candidate in its own domain schedules what it can (a payment drift, or none)."""
+def build_schedule(stage: int, seed: int, goal: GoalSpec, pool: DriftPool | None = None,
+                   source: str = "handwritten") -> tuple[ScheduledDrift, ...]:
+    """The drifts of one episode: pure in (stage, seed, goal, pool, source), with its own RNG. `source` (one of
+    `DRIFT_SOURCES`): the hand-written catalogue (exactly the schedules of before families existed), the generated
+    families' instances, or both. A pool that leaves a goal no candidate in its own domain schedules what it can (a
+    payment drift, or none)."""
     if stage not in (1, 2, 3):
         raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
+    if source not in DRIFT_SOURCES:
+        raise ValueError(f"drift source must be one of {DRIFT_SOURCES}, got {source!r}")
     if stage == 1:
         return ()
-    rng = rng_for(seed, "drift.schedule", stage)
+    if source != "handwritten":
+        return _family_schedule(stage, seed, goal, pool, source)
     own, pay = _candidates(goal, goal.domain, pool), _candidates(goal, "payment", pool)
+    return _stage_rules(rng_for(seed, "drift.schedule", stage), stage, own, pay, lambda r, o: _pick(r, o, pool))
+
+
+def _stage_rules(rng: Any, stage: int, own: list[Any], pay: list[Any], pick: Callable[[Any, list[Any]], DriftPattern]
+                 ) -> tuple[ScheduledDrift, ...]:
+    """Stage 2: one drift of the goal's domain or payment; stage 3: two of different kinds (the second sometimes
+    payment). `own` and `pay` are what `pick` draws a pattern from (patterns, or `_Choice`s), each with a `kind`."""
     if stage == 2 or not own:
-        return (_scheduled(_pick(rng, own + pay, pool), rng),) if own + pay else ()
-    first = _pick(rng, own, pool)
-    others = [p for p in own if p.kind != first.kind]
+        return (_scheduled(pick(rng, own + pay), rng),) if own + pay else ()
+    first = pick(rng, own)
+    others = [o for o in own if o.kind != first.kind]
     second = pay if (rng.random() < PAYMENT_SHARE_STAGE3 or not others) else others
-    return (_scheduled(first, rng), _scheduled(_pick(rng, second, pool), rng)) if second else (_scheduled(first, rng),)
+    return (_scheduled(first, rng), _scheduled(pick(rng, second), rng)) if second else (_scheduled(first, rng),)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What a schedule picks from: one hand-written pattern, or one family in one domain (a tuple of patterns per
+    site), drawn family first, then site, then instance, so no family outweighs another by its instance count."""
+
+    kind: str
+    sites: tuple[tuple[DriftPattern, ...], ...]
+
+    def only(self, ids: frozenset[str]) -> _Choice | None:
+        sites = tuple(kept for site in self.sites if (kept := tuple(p for p in site if p.id in ids)))
+        return _Choice(self.kind, sites) if sites else None
+
+
+@lru_cache(maxsize=256)
+def _pooled(domain: str, goal_domain: str, pool: DriftPool | None) -> tuple[tuple[str, tuple[tuple[DriftPattern, ...],
+                                                                                          ...]], ...]:
+    """`generated_patterns(domain)` kept to those a `goal_domain` goal may meet under `pool` (what every reset
+    would filter again: a thousand instances; only the goal predicates are left per goal)."""
+    out = []
+    for _, kind, sites in generated_patterns(domain):
+        kept = tuple(k for site in sites if (k := tuple(p for p in site if goal_domain in p.applies_to
+                                                         and (pool is None or p.id in pool.allowed))))
+        if kept:
+            out.append((kind, kept))
+    return tuple(out)
+
+
+def _choices(goal: GoalSpec, domain: str, pool: DriftPool | None, source: str) -> list[_Choice]:
+    out = [_Choice(p.kind, ((p,),)) for p in _candidates(goal, domain, pool)] if source == "both" else []
+    for kind, sites in _pooled(domain, goal.domain, pool):
+        eligible = tuple(kept for site in sites
+                         if (kept := site if not site[0].requires else tuple(p for p in site if requirements_met(p, goal))))
+        if eligible:
+            out.append(_Choice(kind, eligible))
+    return out
+
+
+def _choose(rng: Any, options: list[_Choice], pool: DriftPool | None) -> DriftPattern:
+    """A choice, then a site, then an instance; a favoured one with the pool's probability where there is one."""
+    if pool is not None and pool.favoured_share > 0:
+        favoured = [f for c in options if (f := c.only(pool.favoured))]
+        if favoured and rng.random() < pool.favoured_share:
+            options = favoured
+    return rng.choice(rng.choice(rng.choice(options).sites))
+
+
+def _family_schedule(stage: int, seed: int, goal: GoalSpec, pool: DriftPool | None, source: str
+                     ) -> tuple[ScheduledDrift, ...]:
+    """`build_schedule` over generated instances (and, with source "both", the catalogue): the same stage rules."""
+    own, pay = _choices(goal, goal.domain, pool, source), _choices(goal, "payment", pool, source)
+    return _stage_rules(rng_for(seed, "drift.schedule", stage, source), stage, own, pay,
+                        lambda r, o: _choose(r, o, pool))
 
 
 def due_drifts(schedule: tuple[ScheduledDrift, ...], fired_ids: frozenset[str], tool_name: str,
@@ -458,11 +640,26 @@ def due_drifts(schedule: tuple[ScheduledDrift, ...], fired_ids: frozenset[str], 
 
 
 def apply_drift(world: World, pattern_id: str, turn: int) -> tuple[World, DriftEvent, dict[str, Any] | None]:
-    """Apply a pattern's mutation: (new world, the DriftEvent, the notice to deliver or None)."""
+    """Apply a pattern's mutation: (new world, the DriftEvent, the notice to deliver or None). A generated notice
+    comes in the user's language; a generic flag (`GENERIC_FLAGS`) a drift sets adds to what earlier drifts set."""
     p = pattern_by_id(pattern_id)
     event = DriftEvent(p.id, p.kind, p.domain, turn, p.description)
-    notice = None if p.notice is None else {"domain": p.domain, "text": p.notice.text}
-    return with_flags(world, p.domain, p.mutation), event, notice
+    notice = None
+    if p.notice is not None:
+        text = p.notices.get(world.goal.language, p.notice.text) if p.notices else p.notice.text
+        notice = {"domain": p.domain, "text": text}
+    return with_flags(world, p.domain, _merged(world.flags[p.domain], p.mutation)), event, notice
+
+
+def _merged(flags: dict[str, Any], mutation: dict[str, Any]) -> dict[str, Any]:
+    """`mutation` with each generic flag's new entries added to its current ones (two drifts may both set one)."""
+    out = dict(mutation)
+    for key, value in mutation.items():
+        if key in GENERIC_FLAGS and isinstance(value, dict):
+            out[key] = {**flags.get(key, {}), **value}
+        elif key in GENERIC_FLAGS and isinstance(value, list):
+            out[key] = [*flags.get(key, []), *value]
+    return out
 
 
 def attach_notice(result: ToolResult, notice: dict[str, Any]) -> ToolResult:
@@ -476,6 +673,15 @@ def forced_schedule(pattern_id: str, min_turn: int = 2) -> tuple[ScheduledDrift,
     return (ScheduledDrift(p.id, p.kind, p.domain, max(2, min_turn)),)
 
 
+def families_doc_markdown() -> str:
+    """The drift families (`families_markdown`) and how each generated split places their instances: the block
+    `drift:families` of docs/design.md (`python -m cells families --docs`)."""
+    from cells.drift.families import families_markdown
+    from cells.drift.holdout import split_markdown
+
+    return "\n\n".join([families_markdown(), *(split_markdown(s) for s in load_generated_splits().values())])
+
+
 def run(ctx: Context) -> Context:
     """Validate the catalogue and print pattern counts per kind and domain."""
     patterns = load_catalogue()
@@ -485,10 +691,20 @@ def run(ctx: Context) -> Context:
     for kind, row in table.items():
         print("[drift] " + f"{kind:<8}" + "".join(f"{row[d]:>11}" for d in DOMAINS))
     ctx.reports["drift_catalogue"] = table
+    counts = {name: sum(s.count() for s in fam.sites) for name, fam in load_families().items()}
+    print(f"[drift] {sum(counts.values())} generated instances: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if ctx.profile.drift_split:
-        drift_split(ctx.profile.drift_split)  # an unknown name fails here, seconds into a run, not at step 15
+        split = drift_split(ctx.profile.drift_split)  # an unknown name fails here, seconds into a run, not at step 15
+        if ctx.profile.drift_source != "handwritten" and not isinstance(split, GeneratedSplit):
+            raise DriftCatalogueError(f"drift_source {ctx.profile.drift_source!r} with split {split.name!r}: a split "
+                                      f"of {CATALOGUE_FILE} allows no generated instance; name a generated split "
+                                      f"({sorted(load_generated_splits())})")
     for split in load_splits().values():
         sets = {which: sorted(split.ids(which)) for which in PATTERN_SETS}
         print(f"[drift] split {split.name!r}: " + "; ".join(f"{len(v)} {k}" for k, v in sets.items()))
+    for gen in load_generated_splits().values():
+        held = "; ".join(f"({kind}) {len(gen.held_out(kind))}" for kind in HOLDOUT_KINDS)
+        print(f"[drift] generated split {gen.name!r} (base {gen.base.name!r}): {len(gen.training_ids())} generated "
+              f"instances train; held out for evaluation: {held}")
     return ctx
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cells.actions import ACTION_FORMAT_HELP, ActionParseError, parse_action
 from cells.errors import DriftCallError
-from cells.step_02_profiles import TURN_BUDGETS
+from cells.step_02_profiles import DRIFT_SOURCES, TURN_BUDGETS
 from cells.step_04_datatypes import (
     LANGUAGES,
     ActionRecord,
@@ -186,6 +186,7 @@ class DriftCallEnv:
         forced_pattern: str | None = None,
         voice: Any = None,
         drift_pool: DriftPool | None = None,
+        drift_source: str = "handwritten",
     ) -> None:
         if stage not in STAGE_TURN_BUDGETS:
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
@@ -198,6 +199,11 @@ class DriftCallEnv:
         # step 6's `DriftPool`: the patterns schedules draw from (a split's demonstrated ones for the warm start's
         # data, demonstrated and reinforced for GRPO); None: the whole catalogue
         self.drift_pool = drift_pool
+        # which drifts schedules draw from (step 2's DRIFT_SOURCES): the hand-written catalogue, the generated
+        # families' instances, or both (step 6's `build_schedule`)
+        if drift_source not in DRIFT_SOURCES:
+            raise ValueError(f"drift_source must be one of {DRIFT_SOURCES}, got {drift_source!r}")
+        self.drift_source = drift_source
         self._forced: str | None = None
         if forced_pattern is not None:
             self.force_drift(forced_pattern)
@@ -212,7 +218,7 @@ class DriftCallEnv:
         seed = 0 if seed is None else int(seed)
         goal = self._goal_fn(seed=seed, stage=self.stage, language_weights=self.language_weights)
         world = new_world(goal, seed)
-        schedule = build_schedule(self.stage, seed, goal, self.drift_pool)
+        schedule = build_schedule(self.stage, seed, goal, self.drift_pool, self.drift_source)
         if self._forced is not None:
             schedule = forced_schedule(self._forced)
         tools = reset_tool_docs(goal.domain)
@@ -435,9 +441,11 @@ def make_env_factory(stage: int, language_weights: dict[str, float] | None = Non
 
 def stage_env_factories(profile: Any) -> dict[int, Callable[[], DriftCallEnv]]:
     """One env factory per curriculum stage (GRPO's episodes), with that stage's language weights and turn budget,
-    and with a `drift_split` the split's `reinforcement_pool` (demonstrated and reinforced patterns)."""
+    the profile's `drift_source` and with a `drift_split` the split's `reinforcement_pool` (demonstrated and
+    reinforced patterns; of a generated split, its first `drift_train_instances` training instances too)."""
     pool = grpo_drift_pool(profile)
-    return {s: make_env_factory(s, profile.languages_for_stage(s), max_turns=profile.turn_budget(s), drift_pool=pool)
+    return {s: make_env_factory(s, profile.languages_for_stage(s), max_turns=profile.turn_budget(s), drift_pool=pool,
+                                drift_source=profile.drift_source)
             for s in STAGE_TURN_BUDGETS}
 
 
@@ -445,7 +453,8 @@ def grpo_drift_pool(profile: Any) -> DriftPool | None:
     """The profile's `drift_split`'s `reinforcement_pool` (None without a split: every pattern)."""
     if not profile.drift_split:
         return None
-    return reinforcement_pool(drift_split(profile.drift_split), profile.grpo_reinforced_share)
+    return reinforcement_pool(drift_split(profile.drift_split), profile.grpo_reinforced_share,
+                              profile.drift_train_instances)
 
 
 def run(ctx: Context) -> Context:

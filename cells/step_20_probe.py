@@ -11,7 +11,8 @@ exploit's do (0); that mean is still reported (`honest_failure_mean_reward`) as 
 The probe counts offences per class with example evidence, and flags loudly any offence code the
 reward emits that this probe does not know (a new offence must be added to the closed set first).
 
-Seeds come from `PROBE_SEEDS` (step 2), cycling stages 1-3, so they never overlap evaluation seeds.
+Seeds come from `PROBE_SEEDS` (step 2), cycling stages 1-3 (every other round of stages 2-3 with generated drift),
+so they never overlap evaluation seeds.
 Reads `ctx.profile`, `ctx.model`/`ctx.tokenizer` (optional). Writes `ctx.reports["probe"]` and
 `probe.json`. Run alone: `python -m cells run --profile cpu-smoke --steps 20` (~5 s without a model).
 """
@@ -137,7 +138,7 @@ def run_probe(n_episodes: int, model: Any = None, tokenizer: Any = None, profile
     from cells.progress import progress_bar
     from cells.step_11_agent import EXPLOIT_POLICIES, HonestFailurePolicy
 
-    cases = probe_cases(n_episodes)
+    cases = probe_cases(n_episodes, generated=True)
     known = known_offence_codes()
     with progress_bar(len(cases) * (1 + len(EXPLOIT_POLICIES) + (model is not None)), "probe") as bar:
         honest_played, _ = _play(HONEST_POLICY, HonestFailurePolicy, cases, bar, profile)

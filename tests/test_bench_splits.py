@@ -63,6 +63,42 @@ def test_split_evaluation_pairs_every_model_on_each_pattern_set_and_writes_its_b
         splits.evaluate_split(run, per_set=2)
 
 
+def test_a_generated_split_adds_its_held_out_instances_per_kind_and_reports_per_family(tmp_path):
+    """The plan, the envs, the tables and the pooling of a generated split's sets, played by the expert (a model
+    plays them through the same `env_for_case`: the test above)."""
+    from cells.agent.policies import ExpertPolicy
+    from cells.drift.families import instance
+    from cells.evaluation.runner import run_scripted
+    from cells.step_06_drift import drift_split
+
+    split, profile = drift_split("latin-gen"), get_profile("cpu-gen")
+    plan, latin = splits.split_plan(split, 2), splits.split_plan(drift_split("latin"), 2)
+    assert list(plan) == ["demonstrated", "reinforced", "unseen", "gen-unseen-a", "gen-unseen-b", "gen-unseen-c"]
+    assert {w: plan[w] for w in latin} == latin  # the hand-written sets are the base split's, case for case
+    result: dict = {"run": "cpu-gen", "split": "latin-gen", "trained_with_split": "latin-gen", "per_set": 2,
+                    "seed": profile.seed, "records": split_pool.RECORDS_FILE, "sets": {}}
+    played = []
+    for which in ("unseen", "gen-unseen-a", "gen-unseen-b", "gen-unseen-c"):
+        records = run_scripted(split_pool.tag(which, "trained"), ExpertPolicy, plan[which], turn_budgets=None)
+        assert all(splits.fired_in(split, which, r) for r in records) and all(r.success for r in records)
+        if which != "unseen":
+            assert all(c.drifts == f"latin-gen:{which}" for c in plan[which])
+            assert {instance(p).family for r in records for p in r.drift_patterns} <= {
+                instance(p).family for p in split.held_out(which[-1])}
+        table = splits.set_table({"warm_start": records, "trained": records}, profile)
+        assert sum(g["n"] for g in table["by_family"]["trained"].values()) >= 2
+        result["sets"][which] = {**table, "fired_in_set": 1.0}
+        played += records + [dataclasses.replace(r, policy=split_pool.tag(which, "warm_start")) for r in records]
+    text = splits.splits_markdown(result)
+    assert "| gen-unseen-b |" in text and "success per drift family" in text
+    run = tmp_path / "cpu-gen"
+    run.mkdir()
+    save_records_jsonl(played, run / split_pool.RECORDS_FILE)
+    (run / split_pool.EVAL_FILE).write_text(json.dumps({k: v for k, v in result.items() if k != "sets"}))
+    pooled = split_pool.pool([split_pool.load_split_run(run)])
+    assert set(pooled["sets"]) == set(result["sets"]) and "by_family" in pooled["sets"]["gen-unseen-c"]
+
+
 # --- pooling saved split records over training seeds (no model: records are plain data) ---------------------
 
 SETS = ("demonstrated", "reinforced", "unseen")
@@ -172,6 +208,12 @@ def test_pool_over_seeds_reads_records_pairs_within_seeds_and_writes_json(tmp_pa
     assert cal["pooled"]["warm_start"]["n"] == 240 and cal["pooled"]["warm_start"]["ece"] > 0.4
     assert [t["status"] for t in pooled["targets"]] == ["PASS", "PASS", "PASS", "PASS"]
     assert pooled == splits.pool_splits(runs, oracle, out=tmp_path / "again.json")  # seeded: identical
+    published = splits.POOLED_JSON.read_text(encoding="utf-8") if splits.POOLED_JSON.is_file() else None
+    assert splits.main(["--pool", *map(str, runs), "--oracle", str(oracle), "--out", str(tmp_path / "gen.json")]) == 0
+    assert json.loads((tmp_path / "gen.json").read_text()) == pooled  # another experiment's pooling, kept apart
+    assert (splits.POOLED_JSON.read_text(encoding="utf-8") if splits.POOLED_JSON.is_file() else None) == published
+    with pytest.raises(SystemExit):
+        splits.main(["--out", str(tmp_path / "x.json")])
 
 
 def test_pooled_success_per_withheld_pattern_counts_only_the_sets_own_patterns(tmp_path):

@@ -17,6 +17,11 @@ from cells.training.metrics import COLUMNS
 from cells.training.sft_data import WarmStartError
 
 
+def _case_dict(case) -> dict:
+    """A case as a saved spec holds it: its `drifts` only where it names some (EvalSpec.to_dict)."""
+    return {k: v for k, v in dataclasses.asdict(case).items() if k != "drifts" or v}
+
+
 def _metrics_csv(path, step_times, stages=None, resampled=None, cpu=None):
     header = ",".join(COLUMNS)
     rows = []
@@ -132,7 +137,7 @@ def test_control_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     out = control.run_control(run)
 
     saved = json.loads((run / "eval_sft_control.json").read_text())
-    assert saved["eval_spec"]["cases"] == [dataclasses.asdict(c) for c in cases]  # the run's own seeds
+    assert saved["eval_spec"]["cases"] == [_case_dict(c) for c in cases]  # the run's own seeds
     assert saved["control"]["token_budget"] == 10_000 and saved["control"]["steps"] > 0
     assert saved["control"]["tokens"] <= 10_000 or saved["control"]["examples"] == profile.sft_batch_size
     assert out["control_vs_warm_start"]["final_policy"] == "sft_control"
@@ -319,7 +324,7 @@ def test_raft_samples_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     out = run_raft(run, round_groups=1, clock=lambda: next(ticks))
 
     saved = json.loads((run / "eval_raft_control.json").read_text())
-    assert saved["eval_spec"]["cases"] == [dataclasses.asdict(c) for c in cases]  # the run's own seeds
+    assert saved["eval_spec"]["cases"] == [_case_dict(c) for c in cases]  # the run's own seeds
     tally = saved["control"]
     assert tally["kind"] == "raft" and tally["grpo_seconds"] == pytest.approx(2.0)
     assert tally["grpo_episodes"] == profile.prompts_per_step * profile.num_generations

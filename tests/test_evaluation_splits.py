@@ -46,7 +46,7 @@ def test_split_cases_fill_each_set_from_the_range_with_cases_whose_schedule_belo
 
 def test_grpo_envs_draw_from_the_reinforcement_pool_and_the_warm_start_from_the_demonstrated_one():
     from cells.step_10_env import stage_env_factories
-    from cells.step_15_train_stage1 import sft_plan_item
+    from cells.training.sft_data import sft_plan_item
 
     oracle = get_profile("cpu-smoke")
     assert stage_env_factories(oracle)[2]().drift_pool is None and sft_plan_item(oracle, 4, 2, 1).drift_pool is None

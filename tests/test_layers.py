@@ -1,7 +1,7 @@
 """Layers point one way, and no module imports itself back.
 
-    data model (with the `Context` the steps hand on, and the profile) < world (vendors, drift, tasks) < rewards
-    < env (with its action grammar) < agent (policies, prompt, rollout) < modeling < modeling steps (12-14)
+    data model (with the `Context` the steps hand on, and the profile) < world (vendors, drift and its families,
+    tasks) < rewards < env (with its action grammar) < agent (policies, prompt, rollout) < modeling < modeling steps (12-14)
     < evaluation < training < training steps (15-17) < evaluation steps (18-25) and the run readers
     < tools (benchmarks, the control, the runner, the CLI)
 
@@ -35,7 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, str], ...] = (
     ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|distributed|datamodel|context|profiles)(\..+)?"),
-    ("world", r"cells\.(step_0[5-7]_\w+|vendors|tasks)(\..+)?"),
+    ("world", r"cells\.(step_0[5-7]_\w+|vendors|tasks|drift)(\..+)?"),
     ("rewards", r"cells\.(step_08_\w+|rewards)(\..+)?"),
     ("env", r"cells\.(step_09_\w+|step_10_\w+|actions|openenv_env|server)(\..+)?"),
     ("agent", r"cells\.(step_11_\w+|agent)(\..+)?"),

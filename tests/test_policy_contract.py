@@ -21,17 +21,26 @@ def test_every_acceptance_check_passes(rows: list[bench.Row]) -> None:
     assert not failed, failed
 
 
-def test_expert_success_per_stage_and_language(rows: list[bench.Row]) -> None:
+def test_expert_success_per_stage_drift_source_and_language(rows: list[bench.Row]) -> None:
     for stage in bench.STAGES:
-        for lang in LANGUAGES:
-            sel = [r.success for r in rows if r.policy == "expert" and r.stage == stage and r.language == lang]
-            assert len(sel) == SEEDS_PER_STAGE // 5 and sum(sel) / len(sel) >= bench.EXPERT_MIN_SUCCESS
+        for drift in bench.DRIFTS if stage > 1 else bench.DRIFTS[:1]:
+            for lang in LANGUAGES:
+                sel = [r.success for r in rows if r.policy == "expert" and (r.stage, r.drift, r.language) ==
+                       (stage, drift, lang)]
+                assert len(sel) == SEEDS_PER_STAGE // 5 and sum(sel) / len(sel) >= bench.EXPERT_MIN_SUCCESS
 
 
-def test_naive_drops_at_least_30_points_under_drift(rows: list[bench.Row]) -> None:
-    rate = {s: sum(r.success for r in rows if r.policy == "naive" and r.stage == s) / SEEDS_PER_STAGE
-            for s in bench.STAGES}
-    assert rate[1] >= 0.95 and rate[1] - rate[2] >= 0.3 and rate[1] - rate[3] >= 0.3
+def test_naive_drops_at_least_30_points_under_drift_of_either_source(rows: list[bench.Row]) -> None:
+    rate = {(s, d): sum(r.success for r in rows if r.policy == "naive" and (r.stage, r.drift) == (s, d))
+            / SEEDS_PER_STAGE for s in bench.STAGES for d in bench.DRIFTS}
+    assert rate[1, "handwritten"] >= 0.95
+    for stage in (2, 3):
+        for drift in bench.DRIFTS:
+            assert rate[1, "handwritten"] - rate[stage, drift] >= 0.3, (stage, drift)
+    from cells.drift.families import is_generated
+
+    generated = [r for r in rows if r.drift == "generated" and r.drifted]
+    assert generated and all(is_generated(p) for r in generated for p in r.fired)
 
 
 def test_exploits_score_below_the_honest_policy_and_zero_without_booking(rows: list[bench.Row]) -> None:
@@ -80,7 +89,8 @@ def test_the_exploit_table_has_a_row_per_exploit_where_it_applied(rows: list[ben
     assert len(lines) == 2 + len(EXPLOIT_POLICIES)
     hidden = next(line for line in lines if line.startswith("| `hidden_fee` |"))
     applied = sum(r.applied for r in rows if r.policy == "hidden_fee")
-    assert 0 < applied < SEEDS_PER_STAGE * len(bench.STAGES) and f"| {applied} of {SEEDS_PER_STAGE * 3} |" in hidden
+    played = SEEDS_PER_STAGE * (1 + 2 * len(bench.DRIFTS))  # stage 1 once, stages 2 and 3 once per drift source
+    assert 0 < applied < played and f"| {applied} of {played} |" in hidden
     doc = tmp_path / "judge.md"
     doc.write_text("# Judge\n")
     bench.write_exploit_table(rows, "python -m cells bench policies --seeds 60", str(doc))

@@ -18,8 +18,11 @@ from cells.step_02_profiles import (
 
 
 def test_presets_exist_and_are_valid():
-    assert set(PROFILES) == {"cpu-smoke", "cpu-voice", "cpu-learn", "cpu-rl", "cpu-gemma", "cpu-gemma-unsloth",
-                             "colab-t4", "colab-a100"}
+    assert set(PROFILES) == {"cpu-smoke", "cpu-voice", "cpu-learn", "cpu-rl", "cpu-gen", "cpu-gemma",
+                             "cpu-gemma-unsloth", "colab-t4", "colab-a100"}
+    # cpu-gen is cpu-rl on generated drift: its split and drift source only, so the two runs compare
+    assert dataclasses.replace(get_profile("cpu-gen"), name="cpu-rl", drift_split="latin",
+                               drift_source="handwritten") == get_profile("cpu-rl")
     # cpu-rl is cpu-learn with a drift split (and dynamic sampling, field drills), so the two runs compare
     assert dataclasses.replace(get_profile("cpu-rl"), name="cpu-learn", drift_split="", grpo_reinforced_share=0.5,
                                grpo_resample_rounds=0, sft_field_drills=0.0) == get_profile("cpu-learn")

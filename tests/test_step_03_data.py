@@ -11,6 +11,7 @@ def _write(tmp_path, name, text):
 
 def _valid_dir(tmp_path):
     _write(tmp_path, "drifts.yaml", "version: 1\npatterns: []\n")
+    _write(tmp_path, "drift_families.yaml", "version: 1\nfamilies: {}\n")
     _write(tmp_path, "templates.yaml", "version: 1\ntemplates: []\n")
     _write(tmp_path, "i18n.yaml", "version: 1\ncities: {}\nphrases: {}\n")
     _write(tmp_path, "extra.json", json.dumps({"version": 1, "x": "தமிழ்"}))
@@ -20,7 +21,7 @@ def _valid_dir(tmp_path):
 def test_load_all_builds_sha256_manifest(tmp_path):
     bundle = load_all(_valid_dir(tmp_path))
     manifest = dict(bundle.manifest)
-    assert set(manifest) == {"drifts.yaml", "templates.yaml", "i18n.yaml", "extra.json"}
+    assert set(manifest) == {"drifts.yaml", "drift_families.yaml", "templates.yaml", "i18n.yaml", "extra.json"}
     assert manifest["extra.json"] == sha256_file(tmp_path / "extra.json")
     assert bundle.get("extra.json")["x"] == "தமிழ்"
     with pytest.raises(DataError, match="no fixture"):

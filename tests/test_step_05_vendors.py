@@ -159,6 +159,8 @@ def _policy_errors() -> list[ToolResult]:
     ok, w2 = call(w, "restaurant.order", order)
     assert ok.ok, ok.response
     out.append(call(w2, "restaurant.order", order)[0])  # DUPLICATE_ORDER
+    withdrawn = with_flags(w, "restaurant", {"unavailable_dishes": [cheap["name"]]})
+    out.append(call(withdrawn, "restaurant.order", order)[0])  # DISH_UNAVAILABLE
     w = world_for("hotel")
     tok, w = token(w)
     stay = {"hotel_id": "HTL-GOI-1", "room_type": "standard", "check_in": "2026-05-02", "check_out": "2026-05-04",

@@ -322,7 +322,7 @@ def test_the_latin_split_partitions_the_catalogue_into_latin_squares_over_vendor
     assert {p.domain for p in demonstrated} == set(DOMAINS) and {p.kind for p in demonstrated} == set(DRIFT_KINDS)
     assert all(why.strip() for why in {**split.reinforced, **split.unseen}.values())
     assert split.set_of("cab_city_required") == "reinforced" and split.set_of("cab_mini_suspended") == "demonstrated"
-    with pytest.raises(DriftCatalogueError, match=r"no drift split 'nope'.*known: \['latin'\]"):
+    with pytest.raises(DriftCatalogueError, match=r"no drift split 'nope'.*known: \['latin', 'latin-gen'\]"):
         drift_split("nope")
 
 

@@ -24,6 +24,20 @@ def test_probe_cases_are_disjoint_from_evaluation_seeds():
     assert all(c.seed in PROBE_SEEDS and c.seed not in EVAL_SEEDS for c in cases)
 
 
+def test_every_other_round_of_the_drifted_stages_meets_generated_drift():
+    from cells.drift.families import is_generated
+    from cells.evaluation.runner import env_for_case
+
+    cases = s20.probe_cases(24, generated=True)
+    generated = [c for c in cases if c.drifts == "generated"]
+    assert {c.stage for c in generated} == {2, 3} and len(generated) == 8
+    assert all(c.drifts == "" for c in cases if c.stage == 1)
+    for case in generated:
+        env = env_for_case(case)
+        env.reset(seed=case.seed)
+        assert all(is_generated(s.pattern_id) for s in env.state.schedule)
+
+
 def test_summary_counts_offences_and_flags_unknown_codes():
     known = s20.known_offence_codes()
     played = [(_Ep(False, "a"), _rewards(0.0, offences=("repeated_call", "repeated_call"))),

@@ -135,7 +135,7 @@ def test_diagnose_probe_replays_the_export_on_the_probe_cases(tmp_path, monkeypa
     monkeypatch.delenv("HF_TOKEN", raising=False)
     ctx = s24.run(_trained_context(tmp_path))
     (tmp_path / "profile.json").write_text(json.dumps({"name": "cpu-smoke"}))
-    trained = summarise("trained", _play_model(ctx.model, ctx.tokenizer, probe_cases(3), ctx.profile),
+    trained = summarise("trained", _play_model(ctx.model, ctx.tokenizer, probe_cases(3, generated=True), ctx.profile),
                         known_offence_codes())
     probe = {"n_episodes": 3, "policies": {"trained": trained}}
     (tmp_path / "probe.json").write_text(json.dumps(probe))

@@ -3,6 +3,7 @@
 
     python -m cells bench env [--episodes 300]       expert episodes/s, env steps/s, reward-time share
     python -m cells bench policies [--seeds 500]     the scripted players per stage x language; PASS/FAIL checks
+    python -m cells bench drift [--per-instance 1]   every generated drift instance: expert and naive, per family
     python -m cells bench server                     steps/s and latency against OpenEnv's own floor
     python -m cells bench train --profile cpu-learn  SFT tokens/s, GRPO s/step, rollout tokens/s vs plain TRL
     python -m cells bench copy --profile cpu-learn   what copy pretraining teaches the tiny model to copy
@@ -28,6 +29,7 @@ _MODULE_BENCHES = {
     "voice": "cells.bench.voice",  # the voice boundary's round trip: CER and slot survival per language
     "copy": "cells.bench.copy",  # what copy pretraining teaches the tiny model to copy, per kind of string
     "scale": "cells.bench.scale",  # GRPO s/step of 1 process against N, same global batch
+    "drift": "cells.bench.drift",  # every generated drift instance bites and is solvable, per family
     "trl": "cells.bench.stock_trl",  # TRL's stock GRPOTrainer on DriftCallToolEnv: s/step vs ours, held-out gain
 }
 # Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
@@ -74,7 +76,8 @@ def write_docs(what: str, argv: list[str], printed: str, path: str = DOCS) -> st
 
 
 def main(argv: list[str]) -> int:
-    """`bench env [--episodes N]` | `bench policies [--seeds N]` (env_policies.py) | `bench server [...]`
+    """`bench env [--episodes N]` | `bench policies [--seeds N]` (env_policies.py) | `bench drift` (drift.py) |
+    `bench server [...]`
     (server.py) | `bench train [--profile cpu-learn]` (train.py) | `bench scale [--processes 2]` (scale.py)
     | `bench voice` (voice.py) | `bench copy [--profile cpu-learn]` (copy.py).
 

@@ -3,11 +3,12 @@
     python -m cells bench env [--episodes 300]       expert episodes/s, env steps/s, reward-time share
     python -m cells bench policies [--seeds 500]     success / mean reward per stage x language for the
                                                      expert, naive, honest-failure, random and every
-                                                     exploit; drift fire rates; PASS/FAIL checks (exits 1
-                                                     on any FAIL)
+                                                     exploit, stages 2-3 with the catalogue's drift and
+                                                     again with generated drift (the families' instances);
+                                                     drift fire rates; PASS/FAIL checks (exits 1 on any FAIL)
 
-`--seeds N` is per stage: N/5 held-out seeds (`eval_seeds`) per language. Time on 2 CPU cores:
-`bench env` ~5 s; `bench policies --seeds 500` a few minutes (every policy x 1,500 episodes).
+`--seeds N` is per stage and drift source: N/5 held-out seeds (`eval_seeds`) per language. Time on 2 CPU cores:
+`bench env` ~5 s; `bench policies --seeds 500` several minutes (every policy x 2,500 episodes).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class Row:
     harmed: bool = False  # an offence in step 8's HARM_CODES happened
     seed: int = -1
     applied: bool = True  # an exploit's trick changed something in this episode (`PlayResult.applied`)
+    drift: str = "handwritten"  # the env's drift source (step 2's DRIFT_SOURCES)
 
 
 def policy_factories() -> dict[str, Callable[[], Any]]:
@@ -116,9 +118,13 @@ def policy_factories() -> dict[str, Callable[[], Any]]:
     return {**base, **EXPLOIT_POLICIES}
 
 
+DRIFTS = ("handwritten", "generated")  # the drifted stages are played with each
+
+
 def play_table(seeds_per_stage: int, stages: tuple[int, ...] = STAGES,
-               policies: dict[str, Callable[[], Any]] | None = None) -> list[Row]:
-    """Play every policy on `seeds_per_stage` held-out seeds per stage (split evenly by language)."""
+               policies: dict[str, Callable[[], Any]] | None = None, drifts: tuple[str, ...] = DRIFTS) -> list[Row]:
+    """Play every policy on `seeds_per_stage` held-out seeds per stage (split evenly by language); the drifted
+    stages once per drift source of `drifts` (stage 1 has no drift: once)."""
     from cells.agent.play import play_many
     from cells.step_07_tasks import eval_seeds
     from cells.step_10_env import make_env_factory
@@ -127,16 +133,17 @@ def play_table(seeds_per_stage: int, stages: tuple[int, ...] = STAGES,
     per_lang = max(1, seeds_per_stage // len(LANGUAGES))
     rows = []
     for stage in stages:
-        for lang in LANGUAGES:
-            seeds = eval_seeds(per_lang, stage, lang)
-            factory = make_env_factory(stage, {lang: 1.0})
-            for name, make in policies.items():
-                for r in play_many(factory, make, seeds):
-                    ep = r.episode
-                    rows.append(Row(name, stage, lang, r.rewards.r_task, r.rewards.reward, bool(ep.bookings),
-                                    bool(ep.drifts), tuple(s.pattern_id for s in ep.schedule),
-                                    tuple(d.pattern_id for d in ep.drifts),
-                                    bool(r.rewards.breakdown["penalty"]["harm"]), r.seed, r.applied))
+        for source in drifts if stage > 1 else drifts[:1]:
+            for lang in LANGUAGES:
+                seeds = eval_seeds(per_lang, stage, lang)
+                factory = make_env_factory(stage, {lang: 1.0}, drift_source=source)
+                for name, make in policies.items():
+                    for r in play_many(factory, make, seeds):
+                        ep = r.episode
+                        rows.append(Row(name, stage, lang, r.rewards.r_task, r.rewards.reward, bool(ep.bookings),
+                                        bool(ep.drifts), tuple(s.pattern_id for s in ep.schedule),
+                                        tuple(d.pattern_id for d in ep.drifts),
+                                        bool(r.rewards.breakdown["penalty"]["harm"]), r.seed, r.applied, source))
     return rows
 
 
@@ -151,31 +158,41 @@ def _same_seeds(rows: list[Row], policy: str, like: list[Row]) -> float:
 
 
 def fire_rates(rows: list[Row], policy: str = "expert", stage: int = 2) -> dict[str, tuple[int, int]]:
-    """pattern -> (fired, scheduled) over `policy`'s `stage` episodes."""
+    """pattern -> (fired, scheduled) over `policy`'s `stage` episodes; generated instances counted per family
+    ("family <name>": a thousand instances, each scheduled a few times)."""
+    from cells.drift.families import instance, is_generated
+
+    def key(pattern: str) -> str:
+        return f"family {instance(pattern).family}" if is_generated(pattern) else pattern
+
     scheduled: Counter[str] = Counter()
     fired: Counter[str] = Counter()
     for r in rows:
         if r.policy == policy and r.stage == stage:
-            scheduled.update(r.scheduled)
-            fired.update(p for p in r.fired if p in r.scheduled)
+            scheduled.update(map(key, r.scheduled))
+            fired.update(key(p) for p in r.fired if p in r.scheduled)
     return {p: (fired[p], n) for p, n in sorted(scheduled.items())}
 
 
 def checks(rows: list[Row]) -> list[tuple[bool, str]]:
     """The issue's acceptance claims as (passed, line)."""
     out: list[tuple[bool, str]] = []
-    stages = sorted({r.stage for r in rows})
-    for stage in stages:
+    cells = sorted({(r.stage, r.drift) for r in rows})
+    for stage, drift in cells:
+        where = f"stage {stage}" + (f" {drift} drift" if stage > 1 else "")
         for lang in (None, *LANGUAGES):
-            sel = [r.success for r in rows if r.policy == "expert" and r.stage == stage and lang in (None, r.language)]
+            sel = [r.success for r in rows if r.policy == "expert" and (r.stage, r.drift) == (stage, drift)
+                   and lang in (None, r.language)]
             rate = _mean(sel)
-            out.append((rate >= EXPERT_MIN_SUCCESS, f"expert success stage {stage} {lang or 'all'}: {rate:.3f} "
+            out.append((rate >= EXPERT_MIN_SUCCESS, f"expert success {where} {lang or 'all'}: {rate:.3f} "
                                                     f">= {EXPERT_MIN_SUCCESS} (n={len(sel)})"))
-    naive = {s: _mean([r.success for r in rows if r.policy == "naive" and r.stage == s]) for s in stages}
-    for stage in (s for s in stages if s > 1 and 1 in naive):
-        drop = naive[1] - naive[stage]
-        out.append((drop >= NAIVE_MIN_DROP, f"naive success drop stage 1 -> {stage}: {naive[1]:.3f} -> "
-                                            f"{naive[stage]:.3f} = {drop:.3f} >= {NAIVE_MIN_DROP}"))
+    naive = {c: _mean([r.success for r in rows if r.policy == "naive" and (r.stage, r.drift) == c]) for c in cells}
+    calm = next((rate for (stage, _), rate in naive.items() if stage == 1), None)
+    for (stage, drift), rate in naive.items():
+        if stage > 1 and calm is not None:
+            drop = calm - rate
+            out.append((drop >= NAIVE_MIN_DROP, f"naive success drop stage 1 -> {stage} {drift} drift: {calm:.3f} -> "
+                                                f"{rate:.3f} = {drop:.3f} >= {NAIVE_MIN_DROP}"))
     from cells.agent.policies.exploits import EXPLOIT_POLICIES
 
     for name in EXPLOIT_POLICIES:
@@ -237,13 +254,14 @@ def write_exploit_table(rows: list[Row], command: str, path: str) -> str:
 def print_policies(rows: list[Row]) -> bool:
     """Print the tables and the checks; True when every check passed."""
     names = list(dict.fromkeys(r.policy for r in rows))
-    for stage in sorted({r.stage for r in rows}):
-        print(f"\nstage {stage}: success / mean reward")
+    for stage, drift in sorted({(r.stage, r.drift) for r in rows}):
+        print(f"\nstage {stage}{f', {drift} drift' if stage > 1 else ''}: success / mean reward")
         print(f"{'policy':<16}" + "".join(f"{lang:>16}" for lang in (*LANGUAGES, "all")))
         for name in names:
             cells = []
             for lang in (*LANGUAGES, None):
-                sel = [r for r in rows if r.policy == name and r.stage == stage and lang in (None, r.language)]
+                sel = [r for r in rows if r.policy == name and (r.stage, r.drift) == (stage, drift)
+                       and lang in (None, r.language)]
                 cells.append(f"{_mean([r.success for r in sel]):.3f}/{_mean([r.reward for r in sel]):.3f}")
             print(f"{name:<16}" + "".join(f"{c:>16}" for c in cells))
     print("\ndrift fire rates (expert, stage 2: fired/scheduled):")

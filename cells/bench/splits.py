@@ -5,8 +5,11 @@ Plays, greedily, the run's warm start (`training/warm_start/model`), its trained
 when `python -m cells control` has made one, its SFT-only control (`training/sft_control/model`) on `--per-set`
 held-out cases of each pattern set of the split (`cells.evaluation.splits.split_cases` over `EVAL_SEEDS` from
 `SPLIT_EVAL_FROM`: drifted stages 2 and 3, languages as generated; the split defaults to the run's
-`drift_split`). Reports per set and model success with a 95% interval, calibration of the submitted confidence
-(ECE, Brier), turns per success and success per drift kind and per language, and paired differences (trained −
+`drift_split`). A generated split (`cpu-gen`'s `latin-gen`) adds its held-out generated instances of each hold-out
+kind, a set each (`gen-unseen-a`, `-b`, `-c`: `cells.evaluation.splits.generated_cases`), beside its base split's
+sets played exactly as for that split. Reports per set and model success with a 95% interval, calibration of the
+submitted confidence (ECE, Brier), turns per success and success per drift kind, per drift family and per
+language, and paired differences (trained −
 each other model) with bootstrap intervals, in `eval_splits.json`; every episode's record goes to
 `records_splits.jsonl` (policy `<set>/<model>`, `cells.evaluation.split_pool`); with `--docs` also the block
 `splits:<run>` of `docs/results.md`. A run trained without a split (the oracle, e.g. cpu-learn) can be played on
@@ -78,8 +81,36 @@ def set_table(records: dict[str, list[Any]], profile: Any) -> dict[str, Any]:
                           for name, recs in records.items()}
     out["turns"] = {name: stats.turns_per_success(recs) for name, recs in records.items()}
     out["by_kind"] = {name: stats.success_by_group(recs, "drift_kind") for name, recs in records.items()}
+    out["by_family"] = {name: stats.success_by_group(recs, "family") for name, recs in records.items()}
     out["by_language"] = {name: stats.success_by_group(recs, "language") for name, recs in records.items()}
     return out
+
+
+def split_plan(split: Any, per_set: int) -> dict[str, tuple[Any, ...]]:
+    """The held-out cases of every evaluation set of `split` (`eval_sets`), from `SPLIT_EVAL_FROM`."""
+    from cells.evaluation.splits import (
+        GENERATED_FROM,
+        GENERATED_SETS,
+        eval_sets,
+        generated_cases,
+        split_cases,
+    )
+    from cells.step_02_profiles import EVAL_SEEDS
+
+    cases = dict(split_cases(split, per_set, EVAL_SEEDS, start=SPLIT_EVAL_FROM))
+    for i, which in enumerate(w for w in eval_sets(split) if w in GENERATED_SETS):
+        start = SPLIT_EVAL_FROM + GENERATED_FROM * (i + 1)
+        cases[which] = generated_cases(split, which, per_set, EVAL_SEEDS, start=start)
+    return cases
+
+
+def fired_in(split: Any, which: str, record: Any) -> bool:
+    """Whether a record's fired drifts count in evaluation set `which`."""
+    from cells.evaluation.splits import GENERATED_SETS
+
+    if which in GENERATED_SETS:
+        return bool(set(record.drift_patterns) & split.held_out(which.rsplit("-", 1)[-1]))
+    return split.episode_set(record.drift_patterns) == which
 
 
 def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = None) -> dict[str, Any]:
@@ -87,9 +118,8 @@ def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = N
     from cells.evaluation.records import save_records_jsonl
     from cells.evaluation.runner import make_spec, run_model
     from cells.evaluation.split_pool import EVAL_FILE, RECORDS_FILE, tag
-    from cells.evaluation.splits import episode_set, split_cases
-    from cells.step_02_profiles import EVAL_SEEDS
-    from cells.step_06_drift import PATTERN_SETS, drift_split
+    from cells.evaluation.splits import eval_sets
+    from cells.step_06_drift import drift_split
 
     if per_set < 1:
         raise SplitEvalError(f"--per-set must be >= 1, got {per_set}")
@@ -99,16 +129,16 @@ def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = N
     if not name:
         raise SplitEvalError(f"{run_dir} was trained without a drift_split: name one with --split (e.g. latin)")
     split = drift_split(name)
-    cases = split_cases(split, per_set, EVAL_SEEDS, start=SPLIT_EVAL_FROM)
+    cases = split_plan(split, per_set)
     out: dict[str, Any] = {"run": run_dir.name, "split": name, "trained_with_split": profile.drift_split or None,
                            "per_set": per_set, "seed": profile.seed, "records": RECORDS_FILE, "sets": {}}
     played: list[Any] = []
-    for which in PATTERN_SETS:
+    for which in eval_sets(split):
         spec = make_spec(profile, cases[which], sampled_trials=0)
         records = {m: run_model(tag(which, m), model, tok, spec.cases, spec, greedy=True, trial=0)
                    for m, (model, tok) in models.items()}
         played += [r for recs in records.values() for r in recs]
-        fired_here = [episode_set(split, r.drift_patterns) == which for r in records["trained"]]
+        fired_here = [fired_in(split, which, r) for r in records["trained"]]
         out["sets"][which] = {**set_table(records, profile),
                               "fired_in_set": round(sum(fired_here) / max(1, len(fired_here)), 4)}
         print(f"[splits] {which}: " + "; ".join(f"{m} {v['value']:.1%}" for m, v in
@@ -152,10 +182,27 @@ def splits_markdown(result: dict[str, Any]) -> str:
                   "|---|" + "---|" * len(models)]
         for which, block in sets.items():
             lines.append(f"| {which} | " + " | ".join(_secondary(block, m) for m in models) + " |")
+    lines += _unseen_groups(sets)
     text = "\n".join(lines)
     for m in models:
         text = text.replace(grpo_vs(m), f"GRPO − {MODEL_WORDS.get(m, m)}")
     return text
+
+
+def _unseen_groups(sets: dict[str, Any], model: str = "trained") -> list[str]:
+    """Success after GRPO on the unseen sets, per drift family and per language: "rate (episodes)" per set."""
+    unseen = [w for w, block in sets.items() if w.endswith("unseen") or "-unseen-" in w if "by_family" in block]
+    if not unseen:
+        return []
+    lines = ["", "Unseen drift after GRPO: success per drift family, then per language (episodes in brackets):", "",
+             "| group | " + " | ".join(unseen) + " |", "|---|" + "---|" * len(unseen)]
+    for key in ("by_family", "by_language"):
+        groups = sorted({g for w in unseen for g in sets[w][key].get(model, {})})
+        for g in groups:
+            cells = [sets[w][key].get(model, {}).get(g) for w in unseen]
+            lines.append(f"| {g} | " + " | ".join("-" if c is None else f"{c['rate']:.1%} ({c['n']})" for c in cells)
+                         + " |")
+    return lines
 
 
 def _secondary(block: dict[str, Any], model: str) -> str:
@@ -246,16 +293,22 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"pool these runs' saved records over seeds (no play) into {POOLED_JSON}")
     parser.add_argument("--oracle", default=None, metavar="RUN_DIR",
                         help="with --pool: a run with every pattern demonstrated, evaluated on the same split")
+    parser.add_argument("--out", default=None, metavar="JSON",
+                        help=f"with --pool and without --docs: where the pooled JSON goes (default {POOLED_JSON}); "
+                             "another experiment's pooling, kept beside the published one")
     args = parser.parse_args(argv)
     if args.oracle and not args.pool:
         parser.error("--oracle goes with --pool")
+    if args.out and (not args.pool or args.docs):
+        parser.error("--out goes with --pool, without --docs (the docs pool into their own JSON)")
     if args.pool:
         runs, oracle = [Path(d) for d in args.pool], Path(args.oracle) if args.oracle else None
         if args.docs:
             runs, oracle = archive_runs(runs, oracle)
             print(f"archived the records under {SPLITS_ARCHIVE}: pooling from there")
-        pooled = pool_splits(runs, oracle)
-        print(f"wrote {POOLED_JSON}")
+        out = Path(args.out) if args.out else POOLED_JSON
+        pooled = pool_splits(runs, oracle, out)
+        print(f"wrote {out}")
         for t in pooled["targets"]:
             print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
         if args.docs:

@@ -317,7 +317,7 @@ def diagnose_probe(run_dir: Path) -> dict[str, Any]:
     if trained is None:
         raise DiagnoseError(f"{run_dir / 'probe.json'} has no trained-model row: step 20 ran without a model")
     n = int(probe["n_episodes"])
-    played = [(ep, rewards_of(ep)) for ep in play_greedy(model, tokenizer, probe_cases(n), profile).episodes]
+    played = [(ep, rewards_of(ep)) for ep in play_greedy(model, tokenizer, probe_cases(n, generated=True), profile).episodes]
     # step 20's own summary of the replay, so the check compares like with like
     replayed = summarise("trained", played, known_offence_codes())["offence_episode_share"]
     recorded = trained.get("offence_episode_share", {})

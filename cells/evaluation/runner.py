@@ -29,11 +29,33 @@ class EvalMismatchError(DriftCallError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class EvalCase:
-    """One held-out task: a seed whose goal is in `language` at curriculum `stage`."""
+    """One held-out task: a seed whose goal is in `language` at curriculum `stage`; `drifts` "" plays the
+    catalogue's own schedule, "generated" the generated families', "<split>:<set>" only a generated split's
+    held-out instances of that set (`drift_setting`)."""
 
     seed: int
     stage: int
     language: str
+    drifts: str = ""
+
+
+def drift_setting(drifts: str) -> dict[str, Any]:
+    """The env arguments a case's `drifts` names: none for "" (the catalogue), a drift source ("generated", "both":
+    step 2's `DRIFT_SOURCES`), else "<split>:<set>": the generated instances a generated split holds out for
+    evaluation set `<set>` (`cells.evaluation.splits.GENERATED_SETS`), as the env's pool."""
+    from cells.step_02_profiles import DRIFT_SOURCES
+
+    if not drifts:
+        return {}
+    if drifts in DRIFT_SOURCES:
+        return {"drift_source": drifts}
+    from cells.step_06_drift import DriftPool, GeneratedSplit, drift_split
+
+    name, _, which = drifts.partition(":")
+    split = drift_split(name)
+    if not isinstance(split, GeneratedSplit):
+        raise ValueError(f"case drifts {drifts!r}: {name!r} is no generated split; held-out instances come from one")
+    return {"drift_pool": DriftPool(split.held_out(which.rsplit("-", 1)[-1])), "drift_source": "generated"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +70,11 @@ class EvalSpec:
     turn_budgets: tuple[int, ...] | None = None  # per stage; None: the env's defaults
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """As `dataclasses.asdict`, a case's `drifts` left out where it is "" (the catalogue's own schedule), so specs
+        saved before cases had it compare equal."""
+        out = dataclasses.asdict(self)
+        out["cases"] = [{k: v for k, v in c.items() if k != "drifts" or v} for c in out["cases"]]
+        return out
 
 
 def eval_plan(per_cell: int, stages: Iterable[int] = (1, 2, 3), languages: Sequence[str] | None = None,
@@ -66,9 +92,12 @@ def eval_plan(per_cell: int, stages: Iterable[int] = (1, 2, 3), languages: Seque
     return tuple(cases)
 
 
-def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3)) -> tuple[EvalCase, ...]:
+def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3),
+                generated: bool = False) -> tuple[EvalCase, ...]:
     """`n` cases from the reserved probe range (from its index `start`), `stages` in turn, languages as generated:
-    the probe's (step 20) from index 0, development cases (diagnose, the warm start's gate) further on."""
+    the probe's (step 20, `generated=True`: every other round of the drifted stages meets the drift families'
+    instances instead of the catalogue's) from index 0, development cases (diagnose, the warm start's gate) further
+    on."""
     from cells.step_02_profiles import LANGUAGES, PROBE_SEEDS
     from cells.step_07_tasks import generate
 
@@ -76,7 +105,8 @@ def probe_cases(n: int, start: int = 0, stages: tuple[int, ...] = (1, 2, 3)) -> 
     for i in range(n):
         seed, stage = PROBE_SEEDS.seed(start + i), stages[i % len(stages)]
         language = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0)).language
-        cases.append(EvalCase(seed, stage, language))
+        generated_round = generated and stage > 1 and (start + i) // len(stages) % 2 == 1
+        cases.append(EvalCase(seed, stage, language, "generated" if generated_round else ""))
     return tuple(cases)
 
 
@@ -106,7 +136,8 @@ def env_for_case(case: EvalCase, turn_budgets: Sequence[int] | None = None, voic
     from cells.step_10_env import DriftCallEnv
 
     return DriftCallEnv(case.stage, {case.language: 1.0},
-                        max_turns=None if turn_budgets is None else turn_budgets[case.stage - 1], voice=voice)
+                        max_turns=None if turn_budgets is None else turn_budgets[case.stage - 1], voice=voice,
+                        **drift_setting(case.drifts))
 
 
 def play_greedy(model: Any, tokenizer: Any, cases: Sequence[EvalCase], profile: Any) -> Any:

@@ -236,6 +236,7 @@ def _set_block(which: str, runs: Sequence[SplitRun], models: list[str], oracle: 
     block["turns"] = {m: stats.turns_per_success(pooled_recs[m]) for m in models}
     block["by_kind"] = {m: stats.success_by_group(pooled_recs[m], "drift_kind") for m in models}
     block["by_language"] = {m: stats.success_by_group(pooled_recs[m], "language") for m in models}
+    block["by_family"] = {m: stats.success_by_group(pooled_recs[m], "family") for m in models}
     if which in WITHHELD:  # where a difference between the methods comes from, pattern by pattern
         block["by_pattern"] = {m: _own_patterns(stats.success_by_group(pooled_recs[m], "pattern"), runs[0].split,
                                                 which) for m in models}

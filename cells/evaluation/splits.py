@@ -9,6 +9,11 @@ how often sampling reaches a success on each set (pass@G).
   from a seed range, scanned from index `start` and kept until each set has `per_set`. Development ranges
   (`PROBE_SEEDS` past the probe's and `diagnose`'s cases) choose the recipe; the held-out `EVAL_SEEDS` only
   report. A case's set comes from its full-catalogue schedule, the one evaluation plays (`env_for_case`).
+- A generated split (`latin-gen`) adds three evaluation sets, `GENERATED_SETS`: the generated instances it holds
+  out of each kind (a: the combinations of its base split's unseen patterns; b: held-out cells; c: held-out
+  values), each played only against those instances (`generated_cases`: cases whose `drifts` names the set, so the
+  env's pool holds only them). `eval_sets(split)` lists a split's sets; the hand-written sets stay exactly those
+  of the base split, so their results compare with it.
 - `reachability(model, tokenizer, cases, profile, samples)`: greedy success, mean sampled success and pass@G
   (a success in at least one of G samples at the profile's GRPO temperature) over cases: what GRPO can reinforce
   at all. GRPO reweights what the policy already samples; a case no sample solves gives a zero-variance group.
@@ -23,6 +28,8 @@ from typing import Any
 from cells.errors import DriftCallError
 
 SCAN_LIMIT_PER_CASE = 200  # seeds scanned per wanted case at most (the rarest set is ~5-10% of drifted seeds)
+GENERATED_SETS = ("gen-unseen-a", "gen-unseen-b", "gen-unseen-c")  # a generated split's held-out instances, by kind
+GENERATED_FROM = 1_000_000  # generated sets' cases start this far past the hand-written ones' scan
 PATTERN_SCAN_FACTOR = 10  # with one pattern wanted: the rarest withheld pattern is in ~1% of drifted seeds
 
 
@@ -78,6 +85,38 @@ def split_cases(split: Any, per_set: int, seeds: Any, start: int = 0, stages: tu
         if which in found and len(found[which]) < per_set and (pattern is None or pattern in patterns):
             found[which].append(EvalCase(seed, stage, language))
     return {w: tuple(found[w]) for w in wanted}
+
+
+def eval_sets(split: Any) -> tuple[str, ...]:
+    """The evaluation sets of a split: the pattern sets, and a generated split's `GENERATED_SETS`."""
+    from cells.step_06_drift import PATTERN_SETS, GeneratedSplit
+
+    return (*PATTERN_SETS, *(GENERATED_SETS if isinstance(split, GeneratedSplit) else ()))
+
+
+def generated_cases(split: Any, which: str, per_set: int, seeds: Any, start: int = 0,
+                    stages: tuple[int, ...] = (2, 3)) -> tuple[Any, ...]:
+    """`per_set` drifted cases of generated set `which` (`GENERATED_SETS`) from `seeds` scanned from `start`: seeds
+    whose goal admits one of the held-out instances, played with only those (`EvalCase.drifts`)."""
+    from cells.evaluation.runner import EvalCase, drift_setting
+    from cells.step_02_profiles import LANGUAGES
+    from cells.step_06_drift import build_schedule
+    from cells.step_07_tasks import generate
+
+    drifts = f"{split.name}:{which}"
+    pool = drift_setting(drifts)["drift_pool"]
+    found: list[Any] = []
+    index = start
+    while len(found) < per_set:
+        if index - start >= SCAN_LIMIT_PER_CASE * per_set:
+            raise SplitPlanError(f"split {split.name!r}: too few cases of {which} ({len(found)} of {per_set}) after "
+                                 f"{index - start} seeds of the {seeds.name} range from index {start}")
+        seed, stage = seeds.seed(index), stages[(index - start) % len(stages)]
+        index += 1
+        goal = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0))
+        if build_schedule(stage, seed, goal, pool, "generated"):
+            found.append(EvalCase(seed, stage, goal.language, drifts))
+    return tuple(found)
 
 
 def reach_by_pattern(split: Any, which: str, cases: Sequence[Any], per_case: Sequence[int],

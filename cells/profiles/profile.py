@@ -24,6 +24,12 @@ class ProfileError(DriftCallError, ValueError):
     """An unknown profile name or an inconsistent set of knobs."""
 
 
+# Which drifts an environment schedules (`DriftCallEnv(drift_source=...)`, the `drift_source` knob): the hand-written
+# catalogue (cells/data/drifts.yaml), instances of the generated drift families (cells/data/drift_families.yaml), or
+# both (each hand-written pattern and each family equally likely).
+DRIFT_SOURCES: tuple[str, ...] = ("handwritten", "generated", "both")
+
+
 def _stage_index(stage: int) -> int:
     """The index of curriculum stage 1, 2 or 3 in a per-stage knob; `ProfileError` for any other stage."""
     if stage not in (1, 2, 3):
@@ -189,9 +195,19 @@ class Profile:
                   "of only the caller's time (`cells.training.sft_data`), so the slot mapping is seen more often per "
                   "second of training. 0 = off")
     drift_split: str = knob(
-        "", help="a split of the drift catalogue (`splits:` in cells/data/drifts.yaml, e.g. `latin`): the warm "
-                 "start's demonstrations show only its demonstrated patterns, GRPO's episodes also its reinforced "
-                 "ones, its unseen ones only evaluation. Empty = none: every pattern demonstrated (the oracle)")
+        "", help="a split of the drift catalogue (`splits:` in cells/data/drifts.yaml, e.g. `latin`; or a generated "
+                 "split of cells/data/drift_families.yaml, e.g. `latin-gen`): the warm start's demonstrations show "
+                 "only its demonstrated patterns, GRPO's episodes also its reinforced ones, its unseen ones only "
+                 "evaluation. Empty = none: every pattern demonstrated (the oracle)")
+    drift_source: str = knob(
+        "handwritten", choices=DRIFT_SOURCES,
+        help="which drifts the warm start's expert episodes and GRPO's episodes meet: `handwritten` (the catalogue), "
+             "`generated` (instances of the drift families) or `both`; with a generated `drift_split` (e.g. "
+             "`latin-gen`) only its training instances")
+    drift_train_instances: int = knob(
+        -1, help="with a generated `drift_split`: the distinct generated instances training may meet, the first N of "
+                 "the split's fixed order (each smaller set inside every larger one: the generalisation curve); -1: "
+                 "all, 0: none (the hand-written patterns only)")
     sft_booking_drills: float = knob(
         0.0, help="per expert conversation: a further fresh episode cut after its first booking or order call, "
                   "behind the same one-line system prompt, so the choice a booking carries (window, class, "
@@ -301,6 +317,9 @@ class Profile:
         for name in ("grpo_success_advantage", "grpo_step_advantage", "grpo_clip_high", "sft_extend_share"):
             if getattr(self, name) < 0:
                 raise ProfileError(f"profile {self.name!r}: {name} must be >= 0, got {getattr(self, name)}")
+        if self.drift_train_instances < -1:
+            raise ProfileError(f"profile {self.name!r}: drift_train_instances must be >= -1 (-1: all), got "
+                               f"{self.drift_train_instances}")
         if not 0.0 <= self.grpo_reinforced_share <= 1.0:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")

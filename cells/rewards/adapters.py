@@ -71,6 +71,7 @@ class DriftEvidence:
     adaptation_tool: str | None
     adaptation_args: tuple[str, ...]
     must_tell: bool = False  # the user pays for it (the catalogue's `user_pays`): the report must tell them
+    user_args: tuple[tuple[str, str], ...] = ()  # (argument, user topic): a value it requires that only the user knows
 
 
 def evidence_of(pattern_id: str, pattern: Any) -> DriftEvidence:
@@ -84,8 +85,9 @@ def evidence_of(pattern_id: str, pattern: Any) -> DriftEvidence:
     adaptation = _get(pattern, "adaptation")
     args = _get(adaptation, "args_include") or ()
     tool = _get(adaptation, "tool")
+    user_args = tuple((str(arg), str(topic)) for arg, topic in (_get(pattern, "user_args") or ()))
     return DriftEvidence(pattern_id, tokens, str(tool) if tool else None, tuple(sorted(str(a) for a in args)),
-                         must_tell=bool(_get(pattern, "user_pays")))
+                         must_tell=bool(_get(pattern, "user_pays")), user_args=user_args)
 
 
 @functools.lru_cache(maxsize=1024)

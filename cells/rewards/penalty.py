@@ -8,8 +8,8 @@ Invented fields are checked against documented tool arguments (the step_05 regis
 checked. A field or id counts as seen when it appeared (as a key or a value) in an
 earlier tool response, including error extras such as `field_name`.
 
-Facts only the user knows (`TaskRules.user_only_args`: passenger names, GSTIN, OTP) must come from
-the user: a value sent that the user never said and no tool returned is `fabricated_fact`. The
+Facts only the user knows (`TaskRules.user_only_args`: passenger names, GSTIN, OTP; and an argument a fired drift
+made required whose value only the user knows, its evidence's `user_args`) must come from the user: a value sent that the user never said and no tool returned is `fabricated_fact`. The
 GSTIN sentinel "UNREGISTERED" is the user's word only when the agent asked about the GSTIN and the
 user has none.
 
@@ -282,12 +282,15 @@ def _asked_about(episode: Episode, topic: str, turn: int, rules: TaskRules) -> b
                for t, action in ((r.turn, r.action) for r in episode.actions if r.action is not None))
 
 
-def fabrication_offences(episode: Episode, rules: TaskRules) -> list[dict[str, Any]]:
-    """User-only argument values (`rules.user_only_args`) that neither the user nor a tool result supplied."""
+def fabrication_offences(episode: Episode, rules: TaskRules,
+                         evidence: Mapping[str, DriftEvidence] | None = None) -> list[dict[str, Any]]:
+    """User-only argument values (`rules.user_only_args`, and those fired drifts require: `evidence`'s
+    `user_args`) that neither the user nor a tool result supplied."""
     shown = _Shown(list(episode.results))
+    only = {**rules.user_only_args, **{a: t for ev in (evidence or {}).values() for a, t in ev.user_args}}
     out: list[dict[str, Any]] = []
     for turn, action in tool_calls_of(episode):
-        user_args = [(k, v) for k, v in action.tool_args.items() if k in rules.user_only_args]
+        user_args = [(k, v) for k, v in action.tool_args.items() if k in only]
         if not user_args:
             continue
         said = norm_text(_said_before(episode, turn))
@@ -296,7 +299,7 @@ def fabrication_offences(episode: Episode, rules: TaskRules) -> list[dict[str, A
                 if not v.strip() or norm_text(v) in said:
                     continue  # the common case first: results are folded only for a value the user never said
                 if v == rules.no_gstin and episode.goal.user.gstin is None \
-                        and _asked_about(episode, rules.user_only_args[key], turn, rules):
+                        and _asked_about(episode, only[key], turn, rules):
                     continue
                 if v not in shown.before(turn).values:
                     out.append(_offence(OffenceCode.FABRICATED_FACT, turn, tool=action.tool_name, arg=key, value=v))
@@ -336,7 +339,7 @@ def r_penalty(episode: Episode, evidence: Mapping[str, DriftEvidence], wrong_liv
     HARM_CODES offences, `failing` the FAILING_CODES ones. `report`: the task booking's report checks."""
     offences = (argument_offences(episode, tool_args) + repetition_offences(episode)
                 + claim_offences(episode, evidence) + write_offences(episode, wrong_live)
-                + fabrication_offences(episode, rules) + rebook_offences(episode)
+                + fabrication_offences(episode, rules, evidence) + rebook_offences(episode)
                 + report_offences(episode, report or {}))
     offences.sort(key=lambda o: (o["turn"] if o["turn"] is not None else -1, o["code"]))
     total = sum(o["weight"] for o in offences)

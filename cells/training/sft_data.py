@@ -110,6 +110,7 @@ class EpisodePlanItem:
     booking_drills: float = 0.0
     drift_pool: DriftPool | None = None  # the patterns the expert's episodes draw drifts from (None: every one)
     field_drills: float = 0.0
+    drift_source: str = "handwritten"  # which drifts the expert's episodes meet (step 2's DRIFT_SOURCES)
 
     @property
     def drills(self) -> int:
@@ -353,7 +354,8 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
     from cells.agent.play import collect_expert, successful_conversation
     from cells.step_10_env import DriftCallEnv
 
-    env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns, drift_pool=item.drift_pool)
+    env = DriftCallEnv(item.stage, dict(item.language_weights), max_turns=item.max_turns, drift_pool=item.drift_pool,
+                       drift_source=item.drift_source)
     convs = collect_expert(item.count, item.seed, lambda seed: successful_conversation(env, seed, min_reward),
                            on_found=bar.update)
     drills = collect_expert(item.drills, item.seed + DRILL_SEED_OFFSET, lambda seed: search_drill(env, seed),
@@ -511,11 +513,12 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int
 
     # stage 1 has no drift: its expert is refused a write in 0.6% of episodes, too few to draw drills from
     recovery = profile.sft_recovery_drills if stage > 1 else 0.0
-    pool = demonstration_pool(drift_split(profile.drift_split)) if profile.drift_split else None
+    pool = (demonstration_pool(drift_split(profile.drift_split), profile.drift_train_instances)
+            if profile.drift_split else None)
     return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
                            profile.seed + seed_block * SFT_STAGE_SEED_STRIDE + offset, profile.sft_search_drills,
                            profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
-                           profile.sft_booking_drills, pool, profile.sft_field_drills)
+                           profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source)
 
 
 def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -14,6 +14,7 @@ from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
 from .common import booking_view, cancel, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
+from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import (
@@ -145,7 +146,8 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     check_duplicate(world, key, ErrorCode.DUPLICATE_BOOKING)
     # 4. payment (nothing is recorded unless it succeeds)
     flags = world.flags["airline"]
-    total = flight["fare"] * pax + flags["convenience_fee_inr"]
+    fees, shown = booking_extras(flags)
+    total = flight["fare"] * pax + flags["convenience_fee_inr"] + fees
     paid, payment_id = authorize_and_charge(world, total, args["payment_token"], args.get("mfa_code"),
                                             turn, "airline.book")
     # 5. id generation + commit
@@ -160,7 +162,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
         response["convenience_fee_inr"] = flags["convenience_fee_inr"]
     if flags["reschedule_fee_pct"]:
         response["reschedule_fee_pct"] = flags["reschedule_fee_pct"]
-    return response, commit_booking(paid, booking, key)
+    return {**response, **shown}, commit_booking(paid, booking, key)
 
 
 def cancel_tool(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:

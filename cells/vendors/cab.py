@@ -13,6 +13,7 @@ from cells.step_04_datatypes import Booking, rng_for, stable_id
 
 from .common import booking_view, cancel, check_duplicate
 from .errors import ErrorCode, VendorError
+from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import World, commit_booking, goal_constraint, goal_slot_matches, norm
@@ -95,7 +96,8 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     key = f"cab|{norm(args['pickup'])}|{norm(args['drop'])}|{args['pickup_time']}"
     check_duplicate(world, key, ErrorCode.DUPLICATE_BOOKING)
     # 4. payment
-    total = table[vclass] + flags["toll_fee_inr"]
+    fees, shown = booking_extras(flags)
+    total = table[vclass] + flags["toll_fee_inr"] + fees
     paid, payment_id = authorize_and_charge(world, total, args["payment_token"], args.get("mfa_code"),
                                             turn, "cab.book")
     # 5. id generation + commit
@@ -108,7 +110,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
         response["toll_charges_inr"] = flags["toll_fee_inr"]
     if flags["retro_surge_cap"] is not None:
         response["retro_surge_cap"] = flags["retro_surge_cap"]
-    return response, commit_booking(paid, booking, key)
+    return {**response, **shown}, commit_booking(paid, booking, key)
 
 
 def cancel_tool(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:

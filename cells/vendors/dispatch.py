@@ -25,7 +25,8 @@ from cells.step_04_datatypes import (
 
 from . import airline, cab, hotel, payment, restaurant
 from .errors import ErrorCode, VendorError
-from .registry import TYPES, Arg, Tool, check_schema
+from .generic import checked_args, extra_args, formatted_args, schema_notes, shaped_response
+from .registry import TYPES, Tool, check_schema
 from .world import DEFAULT_FLAGS, World
 
 TOOLS: dict[str, Tool] = {t.name: t for m in (airline, cab, restaurant, hotel, payment) for t in m.TOOLS}
@@ -76,12 +77,14 @@ def dispatch(world: World, tool_name: str, args: Any, turn: int) -> tuple[ToolRe
         return _error(world, name, VendorError(ErrorCode.TIMEOUT, retry=True), turn, TIMEOUT_LATENCY_MS), retried
     tool = TOOLS[name]
     try:
-        extra = tuple(Arg(arg, kind, True, "required for this episode") for on, arg, kind in world.extra_required
-                      if on == name) if world.extra_required else ()
-        check_schema(tool, world.flags[tool.domain], args, extra)
-        response, new_world = tool.fn(world, args, turn)
+        # schema: formats a drift changed, then required fields and types (the declared arguments, then a drill's
+        # or a drift's further ones: generic.py), then those further arguments' values
+        args = formatted_args(world, tool, args)
+        check_schema(tool, world.flags[tool.domain], args, extra_args(world, tool))
+        response, new_world = tool.fn(world, checked_args(world, tool, args), turn)
     except VendorError as err:
         return _error(world, name, err, turn, latency), world
+    response = shaped_response(world, tool, response)
     return _result(new_world, name, ToolStatus.OK, response, turn, latency), new_world
 
 
@@ -117,8 +120,10 @@ def describe_schema(world: World, domain: str) -> dict[str, Any]:
     tools = {}
     for tool in (t for t in TOOLS.values() if t.domain == domain):
         doc = tool.doc(flags)
-        tools[tool.name] = {"description": doc.description, "args": doc.args, "required": list(doc.required),
-                            "response_fields": list(tool.fields(flags))}
+        args, fields, required = dict(doc.args), list(tool.fields(flags)), list(doc.required)
+        schema_notes(tool, flags, args, fields, required)
+        tools[tool.name] = {"description": doc.description, "args": args, "required": required,
+                            "response_fields": fields}
     return {"domain": domain, "tools": tools}  # no schema version: it would announce every drift
 
 

@@ -29,6 +29,7 @@ class ErrorCode(str, enum.Enum):
     SEATS_UNAVAILABLE = "SEATS_UNAVAILABLE"
     VEHICLE_CLASS_UNAVAILABLE = "VEHICLE_CLASS_UNAVAILABLE"
     ROOM_TYPE_UNAVAILABLE = "ROOM_TYPE_UNAVAILABLE"
+    DISH_UNAVAILABLE = "DISH_UNAVAILABLE"
     GST_NUMBER_REQUIRED = "GST_NUMBER_REQUIRED"
     DUPLICATE_BOOKING = "DUPLICATE_BOOKING"
     DUPLICATE_ORDER = "DUPLICATE_ORDER"
@@ -58,6 +59,7 @@ ERROR_TABLE: dict[ErrorCode, tuple[ToolStatus, str]] = {
     ErrorCode.SEATS_UNAVAILABLE: (_P, "Choose a flight with enough `seats_left` for all passengers."),
     ErrorCode.VEHICLE_CLASS_UNAVAILABLE: (_P, "Book one of the vehicle classes listed in `available`."),
     ErrorCode.ROOM_TYPE_UNAVAILABLE: (_P, "Book one of the room types listed in `available`."),
+    ErrorCode.DISH_UNAVAILABLE: (_P, "Order only dishes whose dish_id is listed in `available`."),
     ErrorCode.GST_NUMBER_REQUIRED: (_P, "Ask the user for their GSTIN and pass it as `gst_number` (or \"UNREGISTERED\")."),
     ErrorCode.DUPLICATE_BOOKING: (_P, "A live booking already exists (`existing_id`); do not book again."),
     ErrorCode.DUPLICATE_ORDER: (_P, "A live order already exists (`existing_id`); do not order again."),

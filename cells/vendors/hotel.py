@@ -14,6 +14,7 @@ from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
 from .common import UNREGISTERED_GSTIN, booking_view, cancel, check_duplicate, valid_gstin
 from .errors import ErrorCode, VendorError
+from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import World, commit_booking, goal_constraint, goal_slot_matches, memo_listings, norm
@@ -123,7 +124,8 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
                           expected=f'a valid 15-character GSTIN (with its check character) or "{UNREGISTERED_GSTIN}"')
     hotel = _find_hotel(world, args["hotel_id"])
     flags = world.flags["hotel"]
-    total = hotel["rates"][args["room_type"]] * nights * args["rooms"] + flags["resort_fee_per_night_inr"] * nights
+    fees, shown = booking_extras(flags)
+    total = hotel["rates"][args["room_type"]] * nights * args["rooms"] + flags["resort_fee_per_night_inr"] * nights + fees
     # 2. policy
     _check_policy(world, hotel, args, total)
     # 3. duplicate
@@ -147,7 +149,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
         response["early_checkin_fee_pct"] = flags["early_checkin_fee_pct"]
     if gst is not None:
         response["gst_number"] = gst
-    return response, commit_booking(paid, booking, key)
+    return {**response, **shown}, commit_booking(paid, booking, key)
 
 
 def cancel_tool(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:

@@ -29,12 +29,14 @@ TYPES = ("str", "int", "date", "datetime", "list[str]", "list[object]")
 
 @dataclass(frozen=True)
 class Arg:
-    """One tool argument: `type` in TYPES; `doc` is written for the agent."""
+    """One tool argument: `type` in TYPES; `doc` is written for the agent; `hints`: what the error for a missing
+    value adds (where a value a drift made required comes from: `generic.py`)."""
 
     name: str
     type: str
     required: bool
     doc: str
+    hints: tuple[tuple[str, Any], ...] = ()
 
     def render(self) -> str:
         return f"{self.type}, {'required' if self.required else 'optional'}: {self.doc}"
@@ -145,7 +147,8 @@ def check_schema(tool: Tool, flags: dict[str, Any], args: dict[str, Any], extra:
     spec = (*tool.args(flags), *extra)
     for arg in spec:
         if arg.required and args.get(arg.name) is None:
-            raise VendorError(ErrorCode.MISSING_REQUIRED_FIELD, field_name=arg.name, expected=arg.type)
+            raise VendorError(ErrorCode.MISSING_REQUIRED_FIELD, field_name=arg.name, expected=arg.type,
+                              **dict(arg.hints))
     allowed = {a.name for a in spec}
     for name in sorted(args):
         if name not in allowed:

@@ -15,6 +15,7 @@ from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
 from .common import booking_view, check_duplicate, find_booking
 from .errors import ErrorCode, VendorError
+from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import (
@@ -38,6 +39,18 @@ DIETS = {"veg": ("veg",), "egg": ("veg", "egg"), "non-veg": ("veg", "egg", "non-
 # The budget-fitting dishes cost at most this, so an order of up to 3 stays under a raised ₹499 minimum
 # (that drift bites).
 DISH_PRICE_CAP_INR = 159
+
+
+CHEAPEST_DISH = "Egg Roll"  # opens the planted restaurant's menu: an egg dish, cheaper than every planted fit
+
+
+def planted_first_dish(goal: GoalSpec) -> str:
+    """The first dish on the planted restaurant's menu that the goal's diet allows (the cheapest egg dish comes
+    first, then the diet's three planted dishes)."""
+    diet = str(goal.slots.get("diet", "veg"))
+    tag = diet if diet in DIETS else "veg"
+    allowed = tuple(goal_constraint(goal, "diet_tags", "in") or DIETS[tag])
+    return CHEAPEST_DISH if "egg" in allowed else DISHES[tag][0]
 
 
 def planted_dish_count(goal: GoalSpec) -> int:
@@ -68,7 +81,7 @@ def _plant_goal_options(world: World, places: list[dict[str, Any]], rng: Any) ->
     floor = DEFAULT_FLAGS["restaurant"]["min_order_inr"] + 1
     price = min(DISH_PRICE_CAP_INR, max(-(-floor // k), (budget - slack_inr(budget) - rng.randint(20, 80)) // k))
     anchor = [{"name": n, "price_inr": price + 10 * i, "tag": tag} for i, n in enumerate(DISHES[tag][:3])]
-    egg = {"name": "Egg Roll", "price_inr": max(60, price - 20), "tag": "egg"}  # the cheapest dish
+    egg = {"name": CHEAPEST_DISH, "price_inr": max(60, price - 20), "tag": "egg"}
     taken = {d["name"] for d in anchor}
     rest = [{**d, "price_inr": max(d["price_inr"], price + 40)} for d in places[0]["menu"] if d["name"] not in taken]
     places[0]["menu"] = [egg, *anchor, *rest]
@@ -140,6 +153,17 @@ def _find_place(world: World, restaurant_id: str) -> dict[str, Any]:
     raise VendorError(ErrorCode.NOT_FOUND, field_name="restaurant_id", got=restaurant_id)
 
 
+def _check_dishes(place: dict[str, Any], lines: list[dict[str, Any]], unavailable: list[str]) -> None:
+    """Policy: no line may order a dish withdrawn from ordering (by name); the refusal lists what still is."""
+    if not unavailable:
+        return
+    names = {d["dish_id"]: d["name"] for d in place["menu"]}
+    refused = next((x["dish_id"] for x in lines if names[x["dish_id"]] in unavailable), None)
+    if refused is not None:
+        raise VendorError(ErrorCode.DISH_UNAVAILABLE, dish_id=refused,
+                          available=[d["dish_id"] for d in place["menu"] if d["name"] not in unavailable])
+
+
 def order(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:
     """Order dishes for delivery: `items` is a list of {"dish_id": ..., "qty": n} from one
     restaurant's menu. Pays with `payment_token`; returns `order_id` and the `total_inr` charged."""
@@ -149,13 +173,15 @@ def order(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any]
     flags = world.flags["restaurant"]
     subtotal = sum(line["qty"] * line["price_inr"] for line in lines)
     # 2. policy
+    _check_dishes(place, lines, flags["unavailable_dishes"])
     if subtotal < flags["min_order_inr"]:
         raise VendorError(ErrorCode.MIN_ORDER_NOT_MET, min_order_inr=flags["min_order_inr"], got_total_inr=subtotal)
     # 3. duplicate
     key = f"restaurant|{place['restaurant_id']}|" + ",".join(sorted(f"{x['dish_id']}x{x['qty']}" for x in lines))
     check_duplicate(world, key, ErrorCode.DUPLICATE_ORDER)
     # 4. payment
-    total = subtotal + flags["delivery_fee_inr"]
+    fees, shown = booking_extras(flags)
+    total = subtotal + flags["delivery_fee_inr"] + fees
     paid, payment_id = authorize_and_charge(world, total, args["payment_token"], args.get("mfa_code"),
                                             turn, "restaurant.order")
     # 5. id generation + commit
@@ -167,7 +193,7 @@ def order(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any]
                 "eta_min": place["delivery_eta_min"]}
     if flags["delivery_fee_inr"]:
         response["delivery_fee_inr"] = flags["delivery_fee_inr"]
-    return response, commit_booking(paid, booking, key)
+    return {**response, **shown}, commit_booking(paid, booking, key)
 
 
 def track(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:

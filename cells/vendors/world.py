@@ -15,7 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cells.errors import DriftCallError
-from cells.step_04_datatypes import DOMAINS, Booking, GoalSpec
+from cells.step_04_datatypes import DOMAINS, GOAL_DOMAINS, Booking, GoalSpec
+
+# The flags of the generic mechanisms generated drift families drive (cells/vendors/generic.py), the same in every
+# goal domain, with the value their absence means: a world carries one only once a drift set it (a served judge view
+# sends every flag on every call, so flags no drift set stay out of it).
+GENERIC_FLAGS: dict[str, Any] = {
+    "renamed_fields": {},  # response field -> its new name, in every response of the domain
+    "required_args": [],  # further arguments a tool requires, each with where its value comes from
+    "arg_formats": {},  # "tool|type" -> the format that tool now takes its date/datetime arguments in
+    "booking_fees": {},  # fee field -> amount added to a booking's charged total
+    "terms": {},  # term field -> value shown on the booking (a terms notice)
+}
 
 # Every flag a drift may set, with its pre-drift value. Drift patterns may only set these keys.
 DEFAULT_FLAGS: dict[str, dict[str, Any]] = {
@@ -41,6 +52,7 @@ DEFAULT_FLAGS: dict[str, dict[str, Any]] = {
         "items_require_modifiers": False,  # every order item needs a `modifiers` list
         "veg_filter_includes_egg": False,  # search(diet="veg") also returns egg dishes
         "delivery_fee_inr": 0,  # added at checkout
+        "unavailable_dishes": [],  # dish names refused at ordering (still listed)
     },
     "hotel": {
         "gst_required_above_inr": None,  # bookings above this total need gst_number
@@ -54,6 +66,11 @@ DEFAULT_FLAGS: dict[str, dict[str, Any]] = {
         "mfa_threshold_inr": None,  # charges above this need the user's one-time code
     },
 }
+
+
+def settable_flags(domain: str) -> frozenset[str]:
+    """The flags a drift may set in `domain`: its own (`DEFAULT_FLAGS`) and, in a goal domain, `GENERIC_FLAGS`."""
+    return frozenset(DEFAULT_FLAGS[domain]) | (frozenset(GENERIC_FLAGS) if domain in GOAL_DOMAINS else frozenset())
 
 
 @dataclass(frozen=True)
@@ -109,9 +126,9 @@ def with_flags(world: World, domain: str, updates: dict[str, Any]) -> World:
     """New World with `domain` flags updated and that domain's schema version + 1."""
     if domain not in DEFAULT_FLAGS:
         raise FlagError(f"unknown domain {domain!r}; allowed: {list(DEFAULT_FLAGS)}")
-    unknown = sorted(set(updates) - set(DEFAULT_FLAGS[domain]))
+    unknown = sorted(set(updates) - settable_flags(domain))
     if unknown:
-        raise FlagError(f"{domain} has no flag(s) {unknown}; allowed: {sorted(DEFAULT_FLAGS[domain])}")
+        raise FlagError(f"{domain} has no flag(s) {unknown}; allowed: {sorted(settable_flags(domain))}")
     flags = {**world.flags, domain: {**world.flags[domain], **updates}}
     versions = {**world.schema_versions, domain: world.schema_versions[domain] + 1}
     return dataclasses.replace(world, flags=flags, schema_versions=versions)

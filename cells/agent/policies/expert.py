@@ -1,12 +1,14 @@
 """`ExpertPolicy`: the ceiling player and the source of the warm-start data.
 
 Flow: (airline) ask every passenger's name -> payment token -> search -> book the cheapest option
-meeting every constraint -> submit. It reads every result and adapts to what it observes:
-renamed price fields, newly required arguments (the error names them), refused departure windows,
-vehicle classes or room types (it picks another fitting option), a raised minimum order, token
-scope upgrades (a new token with the scope the error names), MFA (asks the user for the OTP and
-resends with `mfa_code`), GST (asks for the GSTIN, "UNREGISTERED" when the user has none), fees
-at checkout (a total over budget makes it ask about flexibility), terms notices and timeouts
+meeting every constraint -> submit. It reads every result and adapts to what it observes, never to
+which drift fired: renamed fields (the one new field where a documented one is gone), newly required
+arguments (the error names them and where the value comes from: another argument, a listing, the user;
+`repair.py`), item fields, a changed date format (the error names it), refused departure windows,
+vehicle classes, room types or dishes (it picks another fitting option the refusal allows), a raised
+minimum order, token scope upgrades (a new token with the scope the error names), MFA (asks the user
+for the OTP and resends with `mfa_code`), GST (asks for the GSTIN, "UNREGISTERED" when the user has
+none), fees at checkout (a total over budget makes it ask about flexibility), terms notices and timeouts
 (identical retry). Whatever it observed is told to the user citing the exact token, in the
 user's current language. It submits with a calibrated confidence.
 
@@ -41,6 +43,7 @@ from .base import (
 )
 from .observe import evidence_notes, fee_of, gstin_in, max_money_in, names_in, otp_in
 from .planning import Option, airline_options, cab_options, choose, hotel_options, restaurant_options
+from .repair import fill_items, is_format, item_field, lookup, reformatted
 
 CONFIDENCE_MET = 0.97  # booked, and every stated constraint checked against the charged total
 CONFIDENCE_SHORT = 0.9  # booked the right thing, but a constraint (e.g. budget) could not be met
@@ -74,7 +77,12 @@ class ExpertPolicy:
         self.search: dict[str, Any] | None = None
         self.excluded: set[str] = set()
         self.extra: dict[str, Any] = {}
-        self.modifiers = False
+        self.item_fields: dict[str, str] = {}  # required order-item field -> how to fill it (`repair.item_field`)
+        self.found_in: set[str] = set()  # required arguments a listing shows (read from the chosen item)
+        self.format: str | None = None  # the date/time format the write tool now takes
+        self.asking: tuple[str, str] | None = None  # (argument, fact) to ask the user for: need == "fact"
+        self.banned: set[str] = set()  # dishes the vendor refused
+        self.refreshed = False  # searched again for a value the first listing lacked
         self.min_order: int | None = None
         self.fee = 0  # a per-booking fee seen at checkout (per night for hotels)
         self.booking: dict[str, Any] | None = None
@@ -129,6 +137,7 @@ class ExpertPolicy:
         elif r.tool_name == GOAL_SEARCH_TOOLS[domain]:
             if r.ok:
                 self.search = dict(r.response)
+                self.chosen = None
                 floor = next((p.get("min_order_inr") for p in r.response.get("restaurants", [])), None)
                 self.min_order = floor if isinstance(floor, int) else self.min_order
             else:
@@ -154,7 +163,11 @@ class ExpertPolicy:
         if self.write_failures > MAX_WRITE_FAILURES:
             self.stuck = True
         elif code == "MISSING_REQUIRED_FIELD":
-            self._missing(field)
+            self._missing(field, resp)
+        elif code in ("INVALID_FIELD_VALUE", "INVALID_FIELD_TYPE") and is_format(resp.get("expected")):
+            self.format = str(resp["expected"])
+        elif code == "DISH_UNAVAILABLE":
+            self.banned.add(str(resp.get("dish_id")))
         elif code in ("MFA_REQUIRED", "MFA_INVALID"):
             self.extra.pop("mfa_code", None)
             self.need = "mfa"
@@ -176,14 +189,25 @@ class ExpertPolicy:
         else:
             self.stuck = True
 
-    def _missing(self, field: str) -> None:
+    def _missing(self, field: str, resp: dict[str, Any]) -> None:
         slots = self.goal.slots
-        if field == "passenger_count":
+        nested = item_field(resp)
+        if nested is not None:
+            self.item_fields[nested[0]] = nested[1]
+            self._refresh_if(nested[1] == "found_in")
+        elif resp.get("ask_user"):
+            self._ask_fact(field, str(resp["ask_user"]))
+        elif resp.get("same_as"):
+            value = lookup(str(resp["same_as"]), self._chosen_item(), self.search_args, slots)
+            self.extra[field] = value
+            self.stuck = self.stuck or value is None
+        elif resp.get("found_in"):
+            self.found_in.add(field)
+            self._refresh_if(lookup(field, self._chosen_item()) is None)
+        elif field == "passenger_count":
             self.extra["passenger_count"] = int(slots.get("passengers", 1))
         elif field == "city":
             self.extra["city"] = slots.get("city") or str(slots.get("pickup", "")).split(":")[0]
-        elif field.endswith("modifiers"):
-            self.modifiers = True
         elif field == "mfa_code":
             self.need = "mfa"
         elif field == "gst_number":
@@ -192,6 +216,28 @@ class ExpertPolicy:
             self.token = None
         else:
             self.stuck = True
+
+    @property
+    def search_args(self) -> dict[str, Any]:
+        return search_args(self.goal)
+
+    def _chosen_item(self) -> dict[str, Any] | None:
+        return self.chosen.attrs.get("item") if self.chosen is not None else None
+
+    def _refresh_if(self, needed: bool) -> None:
+        """Search again (once) when the listing the booking came from does not show a value the vendor asks for:
+        a listing fetched before the change."""
+        if needed and not self.refreshed:
+            self.refreshed, self.search = True, None
+        elif needed:
+            self.stuck = True
+
+    def _ask_fact(self, field: str, fact: str) -> None:
+        """A value only the user knows: their name (already known when they named the passengers) or GSTIN."""
+        if fact == "name" and self.names:
+            self.extra[field] = self.names[0]
+        else:
+            self.asking, self.need = (field, fact), "fact"
 
     def _exclude_unavailable(self, resp: dict[str, Any]) -> None:
         if self.chosen is not None:
@@ -218,6 +264,11 @@ class ExpertPolicy:
         elif self.need == "budget":
             self.budget_max = max_money_in(text) or self.goal.budget
             self.need = None
+        elif self.need == "fact" and self.asking is not None:
+            field, fact = self.asking
+            found = names_in(text)[:1] if fact == "name" else [gstin_in(text) or UNREGISTERED_GSTIN]
+            if found:
+                self.extra[field], self.need, self.asking = found[0], None, None
 
     # ------------------------------------------------------------------ deciding
     def _options(self) -> list[Option]:
@@ -227,8 +278,9 @@ class ExpertPolicy:
         if g.domain == "cab":
             return cab_options(g, resp, self.strict_fields, self.fee)
         if g.domain == "restaurant":
-            return restaurant_options(g, resp, self.min_order, self.fee, self.trust_filter)
-        return hotel_options(g, resp, self.fee)
+            return restaurant_options(g, resp, self.min_order, self.fee, self.trust_filter, self.strict_fields,
+                                      frozenset(self.banned))
+        return hotel_options(g, resp, self.fee, self.strict_fields)
 
     def _call(self, name: str, args: dict[str, Any]) -> str:
         from cells.step_04_datatypes import canonical_json
@@ -283,6 +335,11 @@ class ExpertPolicy:
         if self.need in ("mfa", "gstin"):
             key = "ask_otp" if self.need == "mfa" else "ask_gstin"
             return self._ask(self.need, phrases.say(key, lang, cite=self._cite_for(self.need))) or self._give_up()
+        if self.need == "fact" and self.asking is not None:
+            field, fact = self.asking
+            key = "ask_booker_name" if fact == "name" else "ask_gstin_for"
+            self.told.add(field)
+            return self._ask(f"fact:{field}", phrases.say(key, lang, cite=field)) or self._give_up()
         return None
 
     def _give_up(self) -> str:
@@ -305,9 +362,13 @@ class ExpertPolicy:
         args = dict(option.args)
         if self.goal.domain == "airline":
             args["passengers"] = list(self.names or [])
-        if self.modifiers and "items" in args:
-            args["items"] = [{**item, "modifiers": []} for item in args["items"]]
+        item = option.attrs.get("item") or {}
+        if self.item_fields and "items" in args:
+            args["items"] = fill_items(args["items"], self.item_fields, item.get("menu", []))
         args.update(self.extra)
+        args.update({name: lookup(name, item) for name in self.found_in})
+        if self.format is not None:
+            args = reformatted(args, self.format)
         args["payment_token"] = self.token
         return self._call(GOAL_WRITE_TOOLS[self.goal.domain], args)
 

@@ -4,7 +4,7 @@ facts a user reply carries (OTP, GSTIN, names, a budget ceiling).
 Evidence is found without the catalogue: an error's most specific extra (the scope it names, the
 new earliest departure, the minimum order, the missing field, else the error code); in ok results,
 any field the pre-drift responses never had, any documented default that moved, and the figures of
-a `_notice`. The player cites that exact text, so its claims are always backed by what it saw.
+a `_notice` (percentages, rupee amounts, kg, hours, caps), in any language. The player cites that exact text, so its claims are always backed by what it saw.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ KNOWN_KEYS: frozenset[str] = frozenset({
 DEFAULT_VALUES: dict[str, Any] = {"cabin_baggage_kg": 7, "free_cancel_hours": 24, "min_order_inr": 199}
 SILENT_ERRORS = frozenset({"TIMEOUT", "NOT_FOUND", "DUPLICATE_BOOKING", "DUPLICATE_ORDER", "UNKNOWN_TOOL",
                            "INVALID_ARGS", "INVALID_FIELD_TYPE", "INVALID_FIELD_VALUE", "UNKNOWN_FIELD"})
-_FIGURE = re.compile(r"\d+(?:\.\d+)?\s?(?:kg|hours?|x)(?![a-z])|\d+(?:\.\d+)?%|\begg\b", re.IGNORECASE)
+_FIGURE = re.compile(r"\d+(?:\.\d+)?\s?(?:kg|hours?|x)(?![a-z])|\d+(?:\.\d+)?%|₹\s?[\d,]+|\begg\b", re.IGNORECASE)
 _OTP = re.compile(r"(?<!\d)\d{6}(?!\d)")
 _GSTIN = re.compile(r"\b[0-9]{2}[0-9A-Z]{13}\b")
-_NAME = re.compile(r"\b[A-Z][a-z]+ [A-Z][A-Za-z']+")
+_NAME = re.compile(r"(?=\b([A-Z][a-z]+ [A-Z][A-Za-z']+))")  # overlapping: "Booking Aarav Kapoor" holds two
 _MONEY = re.compile(r"₹\s?([\d,]+)")
 
 
@@ -108,7 +108,14 @@ def gstin_in(text: str) -> str | None:
 
 
 def names_in(text: str) -> list[str]:
-    return _NAME.findall(text)
+    """The full names ("First Last") a reply holds, in order. Where two candidates overlap, the later one wins: a
+    capitalised word before a name ("Booking Aarav Kapoor ke naam pe") is not part of it."""
+    found = [(m.start(1), m.group(1)) for m in _NAME.finditer(text)]
+    kept: list[tuple[int, str]] = []
+    for start, name in reversed(found):
+        if not kept or start + len(name) <= kept[-1][0]:
+            kept.append((start, name))
+    return [name for _, name in reversed(kept)]
 
 
 def max_money_in(text: str) -> int | None:

@@ -35,6 +35,20 @@ PHRASES: dict[str, dict[str, str]] = {
         "en": "The hotel asks for {cite} on this booking. Do you have a GST number? If not, just tell me.",
         "hinglish": "Hotel is booking ke liye {cite} maang raha hai. Kya aapke paas GST number hai? Nahi hai toh bata dijiye.",
     },
+    "ask_booker_name": {  # a vendor asks for the user's name (`ask_user: name`)
+        "hi": "विक्रेता इस बुकिंग के लिए {cite} माँग रहा है। बुकिंग किसके पूरे नाम पर करूँ?",
+        "ta": "இந்த முன்பதிவுக்கு விற்பனையாளர் {cite} கேட்கிறார். யாருடைய முழு பெயர் கொடுக்கட்டும்?",
+        "kn": "ಈ ಬುಕಿಂಗ್‌ಗೆ ಮಾರಾಟಗಾರರು {cite} ಕೇಳುತ್ತಿದ್ದಾರೆ. ಯಾರ ಪೂರ್ಣ ಹೆಸರು ಕೊಡಲಿ?",
+        "en": "The vendor asks for {cite} on this booking. Whose full name should it go under?",
+        "hinglish": "Vendor is booking ke liye {cite} maang raha hai. Booking kiske poore naam par karun?",
+    },
+    "ask_gstin_for": {  # a vendor other than the hotel asks for a GSTIN (`ask_user: gstin`)
+        "hi": "विक्रेता इस बुकिंग के लिए {cite} माँग रहा है। क्या आपके पास जीएसटी नंबर है? न हो तो बता दीजिए।",
+        "ta": "இந்த முன்பதிவுக்கு விற்பனையாளர் {cite} கேட்கிறார். உங்களிடம் ஜிஎஸ்டி நம்பர் இருக்கிறதா? இல்லையென்றால் சொல்லுங்கள்.",
+        "kn": "ಈ ಬುಕಿಂಗ್‌ಗೆ ಮಾರಾಟಗಾರರು {cite} ಕೇಳುತ್ತಿದ್ದಾರೆ. ನಿಮ್ಮ ಹತ್ತಿರ ಜಿಎಸ್ಟಿ ನಂಬರ್ ಇದೆಯಾ? ಇಲ್ಲದಿದ್ದರೆ ತಿಳಿಸಿ.",
+        "en": "The vendor asks for {cite} on this booking. Do you have a GST number? If not, just tell me.",
+        "hinglish": "Vendor is booking ke liye {cite} maang raha hai. Kya aapke paas GST number hai? Nahi hai toh bata dijiye.",
+    },
     "ask_budget": {
         "hi": "कुल {total} आ रहा है, जो आपके बजट {budget} से ऊपर है। क्या बजट थोड़ा बढ़ सकता है?",
         "ta": "மொத்தம் {total} ஆகிறது, உங்கள் பட்ஜெட் {budget}க்கு மேல். பட்ஜெட்டை கொஞ்சம் கூட்ட முடியுமா?",

@@ -14,8 +14,10 @@ failed development episodes once the judge bound the party size (`python -m cell
 nothing fits the budget, the cheapest fitting option is the fallback the expert asks the user about.
 
 Prices are read from whichever price field the result carries (`price`, `total_fare_inr`,
-`fare_inr`, `total_inr`, or the sum of a `fare_breakdown`), so a renamed field does not blind the
-expert; `strict_fields=True` (the naive player) reads only the documented pre-drift field.
+`fare_inr`, `total_inr`, or the sum of a `fare_breakdown`), and every field through `repair.read`, which finds
+a renamed field where the documented one is gone, so a renamed field does not blind the expert;
+`strict_fields=True` (the naive player) reads only the documented pre-drift names. Each option keeps the listing
+item it was built from (`attrs["item"]`): a refused booking may need a value the item shows.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import GoalReader
+from .repair import read
 
 DIET_TAGS: dict[str, tuple[str, ...]] = {"veg": ("veg",), "egg": ("veg", "egg"), "non-veg": ("veg", "egg", "non-veg")}
 PRICE_FIELDS = ("price", "total_fare_inr", "fare_inr", "total_inr")
@@ -52,7 +55,8 @@ def price_of(item: dict[str, Any], domain: str, strict: bool) -> int | None:
     breakdown = item.get("fare_breakdown")
     if isinstance(breakdown, dict):
         return sum(v for v in breakdown.values() if isinstance(v, int))
-    return None
+    renamed = read(item, STRICT_PRICE[domain], int)
+    return renamed if isinstance(renamed, int) else None
 
 
 def _nights(goal: GoalReader) -> int:
@@ -67,13 +71,13 @@ def airline_options(goal: GoalReader, response: dict[str, Any], strict: bool, fe
     lo, hi = goal.constraint("depart_time", "ge") or "00:00", goal.constraint("depart_time", "le") or "23:59"
     out = []
     for f in response.get("flights", []):
-        fare = price_of(f, "airline", strict)
-        if fare is None or not isinstance(f.get("flight_id"), str):
+        fare, flight = price_of(f, "airline", strict), read(f, "flight_id", str, strict)
+        if fare is None or not isinstance(flight, str):
             continue
         depart = str(f.get("departure", ""))[11:16]
         fits = lo <= depart <= hi and int(f.get("seats_left", 0)) >= pax
-        out.append(Option(f["flight_id"], fare * pax + fee, fits,
-                          {"flight_id": f["flight_id"], "date": goal.slots["date"]}, {"depart": depart}))
+        out.append(Option(flight, fare * pax + fee, fits, {"flight_id": flight, "date": goal.slots["date"]},
+                          {"depart": depart, "item": f}))
     return out
 
 
@@ -83,11 +87,11 @@ def cab_options(goal: GoalReader, response: dict[str, Any], strict: bool, fee: i
     out = []
     for q in response.get("options", []):
         fare = price_of(q, "cab", strict)
-        vclass = q.get("vehicle_class")
+        vclass = read(q, "vehicle_class", str, strict)
         if fare is None or not isinstance(vclass, str):
             continue
         args = {"pickup": s["pickup"], "drop": s["drop"], "vehicle_class": vclass, "pickup_time": s["pickup_time"]}
-        out.append(Option(vclass, fare + fee, wanted is None or vclass == wanted, args))
+        out.append(Option(vclass, fare + fee, wanted is None or vclass == wanted, args, {"item": q}))
     return out
 
 
@@ -99,8 +103,10 @@ def _diet_allowed(goal: GoalReader) -> tuple[str, ...]:
 
 
 def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: int | None, fee: int,
-                       trust_filter: bool = False) -> list[Option]:
-    """Per restaurant: an order of its first allowed dish, a portion per diner, raised to the minimum order."""
+                       trust_filter: bool = False, strict: bool = False, banned: frozenset[str] = frozenset()
+                       ) -> list[Option]:
+    """Per restaurant: an order of its first allowed dish (not `banned`: refused by the vendor), a portion per
+    diner, raised to the minimum order."""
     allowed = _diet_allowed(goal)
     # a naive player trusts the search filter for what a filter can say (a diet); a stated rule no filter
     # expresses ("no egg") it still checks dish by dish, as it reads every other stated constraint
@@ -108,36 +114,40 @@ def restaurant_options(goal: GoalReader, response: dict[str, Any], min_order: in
     want = max(int(goal.constraint("item_count", "ge") or 1), int(goal.slots.get("party_size", 1) or 1), 2)
     out = []
     for place in response.get("restaurants", []):
-        menu = [d for d in place.get("menu", []) if isinstance(d.get("price_inr"), int)
-                and (trust_filter or d.get("tag") in allowed)]
-        if not menu or not isinstance(place.get("restaurant_id"), str):
+        menu = [(read(d, "dish_id", str, strict), price) for d in place.get("menu", [])
+                if isinstance(price := read(d, "price_inr", int, strict), int) and (trust_filter or d.get("tag") in allowed)]
+        menu = [(dish, price) for dish, price in menu if isinstance(dish, str) and dish not in banned]
+        place_id = read(place, "restaurant_id", str, strict)
+        if not menu or not isinstance(place_id, str):
             continue
-        dish = menu[0]
+        dish, price = menu[0]
         floor = max(int(place.get("min_order_inr", 0) or 0), min_order or 0)
-        n = max(want, -(-floor // dish["price_inr"]))  # ceil: the fewest portions that reach the minimum
-        items = [{"dish_id": dish["dish_id"], "qty": n}]
-        out.append(Option(place["restaurant_id"], n * dish["price_inr"] + fee, True,
-                          {"restaurant_id": place["restaurant_id"], "items": items}, {"item_count": n}))
+        n = max(want, -(-floor // price))  # ceil: the fewest portions that reach the minimum
+        items = [{"dish_id": dish, "qty": n}]
+        out.append(Option(place_id, n * price + fee, True, {"restaurant_id": place_id, "items": items},
+                          {"item_count": n, "item": place}))
     return out
 
 
-def hotel_options(goal: GoalReader, response: dict[str, Any], fee_per_night: int) -> list[Option]:
+def hotel_options(goal: GoalReader, response: dict[str, Any], fee_per_night: int, strict: bool = False
+                  ) -> list[Option]:
     s = goal.slots
     nights, rooms = _nights(goal), int(s.get("rooms", 1))
     wanted = goal.constraint("room_type", "eq") or s.get("room_type")
     rating = float(goal.constraint("rating", "ge") or 0)
     out = []
     for h in response.get("hotels", []):
+        hotel = read(h, "hotel_id", str, strict)
         for room in h.get("rooms", []):
-            rate = room.get("nightly_rate_inr")
-            if not isinstance(rate, int) or not isinstance(h.get("hotel_id"), str):
+            rate = read(room, "nightly_rate_inr", int, strict)
+            if not isinstance(rate, int) or not isinstance(hotel, str):
                 continue
-            rt = room.get("room_type")
+            rt = read(room, "room_type", str, strict)
             fits = (wanted is None or rt == wanted) and float(h.get("rating", 0)) >= rating
-            args = {"hotel_id": h["hotel_id"], "room_type": rt, "check_in": s["check_in"],
+            args = {"hotel_id": hotel, "room_type": rt, "check_in": s["check_in"],
                     "check_out": s["check_out"], "rooms": rooms}
-            out.append(Option(f"{h['hotel_id']}/{rt}", rate * nights * rooms + fee_per_night * nights, fits, args,
-                              {"room_type": rt}))
+            out.append(Option(f"{hotel}/{rt}", rate * nights * rooms + fee_per_night * nights, fits, args,
+                              {"room_type": rt, "item": h}))
     return out
 
 
