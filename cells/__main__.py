@@ -45,7 +45,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    from cells.evaluation.results import main as results_main
+    from cells.commands.results import main as results_main
 
     return results_main(["--run-dir", args.run_dir, "--readme", args.readme, "--glance", args.glance,
                          "--assets", args.assets]
@@ -54,16 +54,16 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 def _cmd_control(args: argparse.Namespace) -> int:
     if args.raft:  # control (b), built on control (a)'s module
-        from cells.bench.raft import main as raft_main
+        from cells.experiments.raft import main as raft_main
 
         return raft_main(["--run-dir", args.run_dir])
-    from cells.bench.control import main as control_main
+    from cells.experiments.control import main as control_main
 
     return control_main(["--run-dir", args.run_dir])
 
 
 def _cmd_splits(args: argparse.Namespace) -> int:
-    from cells.bench.splits import main as splits_main
+    from cells.experiments.drift_split import main as splits_main
 
     return splits_main(["--run-dir", args.run_dir, "--per-set", str(args.per_set)]
                        + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else [])
@@ -72,13 +72,13 @@ def _cmd_splits(args: argparse.Namespace) -> int:
 
 
 def _cmd_curve(args: argparse.Namespace) -> int:
-    from cells.bench.curve import main as curve_main
+    from cells.experiments.curve import main as curve_main
 
     return curve_main(args.extra)  # its flags live in its own parser: `python -m cells curve --help`
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
-    from cells.evaluation.diagnose import main as diagnose_main
+    from cells.commands.diagnose import main as diagnose_main
 
     return diagnose_main(args.extra)  # its flags live in its own parser: `python -m cells diagnose --help`
 
@@ -195,21 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("rest", nargs=argparse.REMAINDER, help="the bench's own arguments, and --docs")
     p_bench.set_defaults(func=_cmd_bench)
     p_results = _command(sub, "results", "Write a finished run's results into docs/results.md and the README's "
-                                         "glance block (cells/evaluation/results.py).")
+                                         "glance block (cells/commands/results.py).")
     p_results.add_argument("--run-dir", default="runs/cpu-learn")
     p_results.add_argument("--readme", default="docs/results.md", help="the file holding the results sections")
     p_results.add_argument("--glance", default="README.md", help="the file whose results-at-a-glance block is rewritten")
     p_results.add_argument("--assets", default="docs/results", help="where the plot is written")
     p_results.add_argument("--print", action="store_true", help="print the section instead of writing the file")
     p_results.set_defaults(func=_cmd_results)
-    p_control = _command(sub, "control", "SFT-only control for a finished CPU run's GRPO (cells/bench/control.py); "
-                                         "--raft: the rejection-sampling control (cells/bench/raft.py).")
+    p_control = _command(sub, "control", "SFT-only control for a finished CPU run's GRPO (cells/experiments/control.py); "
+                                         "--raft: the rejection-sampling control (cells/experiments/raft.py).")
     p_control.add_argument("--run-dir", default="runs/cpu-learn")
     p_control.add_argument("--raft", action="store_true", help="control (b) instead: rejection-sampling SFT on the "
-                           "model's own successful rollouts (cells/bench/raft.py)")
+                           "model's own successful rollouts (cells/experiments/raft.py)")
     p_control.set_defaults(func=_cmd_control)
     p_splits = _command(sub, "splits", "A finished CPU run's models on held-out episodes stratified by drift split: "
-                                       "demonstrated, reinforced, unseen (cells/bench/splits.py).")
+                                       "demonstrated, reinforced, unseen (cells/experiments/drift_split.py).")
     p_splits.add_argument("--run-dir", default="runs/cpu-rl")
     p_splits.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
     p_splits.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --pool and without --docs: write the pooled JSON here instead of the published one")
     p_splits.set_defaults(func=_cmd_splits)
     p_curve = _command(sub, "curve", "A finished CPU run's GRPO checkpoints on held-out episodes of its drift split's "
-                                     "pattern sets: the learning curve (cells/bench/curve.py; --help there).",
+                                     "pattern sets: the learning curve (cells/experiments/curve.py; --help there).",
                        add_help=False)
     p_curve.set_defaults(func=_cmd_curve)
     p_judge = _command(sub, "judge", "What success means, what each offence costs and how the reward combines, from "
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_families.add_argument("--docs", action="store_true", help="write them into docs/design.md instead of printing")
     p_families.set_defaults(func=_cmd_families)
     p_diag = _command(sub, "diagnose", "Where a CPU run's models fail: its warm start's bookings, or --failures, "
-                                       "--probe, --refusals, --dev, --reach (cells/evaluation/diagnose.py; --help "
+                                       "--probe, --refusals, --dev, --reach (cells/commands/diagnose.py; --help "
                                        "there).", add_help=False)
     p_diag.set_defaults(func=_cmd_diagnose)
     p_serve = _command(sub, "serve", "Serve the env over OpenEnv (token from DRIFTCALL_TOKEN; see README).")

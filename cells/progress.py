@@ -1,6 +1,6 @@
 """One progress bar for every long phase (episode generation, evaluation, the probe): tqdm's `auto`
 flavour, so a terminal gets a text bar and a notebook a widget, both with a rate and an ETA.
-Training bars come from the HF trainers themselves (see `cells/training/progress.py`)."""
+Training bars come from the HF trainers themselves (see `cells/training/stage_bars.py`)."""
 
 from __future__ import annotations
 

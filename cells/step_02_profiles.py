@@ -17,13 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cells.datamodel.seeding import (  # re-exported: where they were declared before
-    EVAL_SEEDS,
-    PROBE_SEEDS,
-    SEED_RANGES,
-    TRAIN_SEEDS,
-    SeedRange,
-)
 from cells.distributed import is_main_process
 from cells.profiles.presets import PRESET_NOTES, PROFILES
 from cells.profiles.profile import (
@@ -39,6 +32,13 @@ from cells.profiles.profile import (
     knob_cap,
     knob_choices,
     knobs_in_scope,
+)
+from cells.seeding import (  # re-exported: where they were declared before
+    EVAL_SEEDS,
+    PROBE_SEEDS,
+    SEED_RANGES,
+    TRAIN_SEEDS,
+    SeedRange,
 )
 
 if TYPE_CHECKING:  # pragma: no cover

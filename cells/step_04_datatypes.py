@@ -4,8 +4,8 @@ Rules: frozen dataclasses; collections inside are tuples; dict fields are never 
 place (build new ones); money is integer INR; every type round-trips through JSON with
 `to_dict()` / `Type.from_dict()` (Devanagari, Tamil and Kannada text included).
 Invalid values raise `ModelValidationError` (a `ValueError`) naming the field and the fix.
-The JSON codec and the model-output rules are in `cells.datamodel.codec`, the seeded RNG helpers in
-`cells.datamodel.seeding`; this module re-exports them.
+The JSON codec and the model-output rules are in `cells.codec`, the seeded RNG helpers in
+`cells.seeding`; this module re-exports them.
 
 Reads nothing from the context; `run(ctx)` round-trips one sample of each type as a self-check.
 Run alone: `python -m cells run --profile cpu-smoke --steps 4` (instant).
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cells.datamodel.codec import (  # re-exported: callers import the data model from this step
+from cells.codec import (  # re-exported: callers import the data model from this step
     MAX_ABS_NUMBER,
     MAX_ARGS_DEPTH,
     JsonModel,
@@ -31,7 +31,7 @@ from cells.datamodel.codec import (  # re-exported: callers import the data mode
     require_json_mapping,
     text_problem,
 )
-from cells.datamodel.seeding import rng_for, stable_digest, stable_id, stable_int  # re-exported, as above
+from cells.seeding import rng_for, stable_digest, stable_id, stable_int  # re-exported, as above
 from cells.step_02_profiles import LANGUAGES  # declared in the earliest step that needs it
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -31,7 +31,7 @@ from cells.vendors.dispatch import (
     require_argument,
     tool_docs,
 )
-from cells.vendors.errors import ERROR_TABLE, ErrorCode, VendorError
+from cells.vendors.error_codes import ERROR_TABLE, ErrorCode, VendorError
 from cells.vendors.payment import token_for
 from cells.vendors.registry import REFERENCE_PREFIXES, Effect, references_in
 from cells.vendors.world import DEFAULT_FLAGS, FlagError, World, new_world, with_flags

@@ -15,7 +15,7 @@ What success means: r_task = 1 only when the episode submitted, exactly one live
 carries every binding fact (`BINDING_FACTS` in cells/tasks/catalog.py: route, dates, party size, times, names,
 GSTIN, plus every stated constraint but the soft budget), the user was told what `REPORT_FACTS`
 (beside them) name (the submit message states the booking's reference and charged total; a fee or
-term a drift made the user pay was told: `rewards/report.py`), and nothing harmed the user. A harmed
+term a drift made the user pay was told: `rewards/user_report.py`), and nothing harmed the user. A harmed
 episode is scored as a failure (every component gated to 0), so its reward is
 -0.4 + 0.1 · r_penalty ∈ [-0.5, -0.425]: strictly below an honest failure (0, or down to -0.1 with
 offences), and a success pays up to 1. Hence reward ∈ [MIN_REWARD, 1] = [-0.5, 1]. A right booking
@@ -60,7 +60,6 @@ from cells.rewards.adapters import (
     evidence_for,
     evidence_of,
 )
-from cells.rewards.common import result_texts_memo
 from cells.rewards.components import (
     DRIFT_HANDLING_WINDOW,
     r_constraints,
@@ -79,7 +78,8 @@ from cells.rewards.penalty import (
     OffenceCode,
     r_penalty,
 )
-from cells.rewards.report import report_checks
+from cells.rewards.text_match import result_texts_memo
+from cells.rewards.user_report import report_checks
 from cells.step_04_datatypes import MIN_REWARD, Episode, Rewards, TerminatedBy
 
 if TYPE_CHECKING:  # pragma: no cover

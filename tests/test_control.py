@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from cells.bench import control
+from cells.experiments import control
 from cells.step_02_profiles import TRAIN_SEEDS, get_profile
 from cells.training.metrics import COLUMNS
 from cells.training.sft_data import WarmStartError
@@ -167,12 +167,12 @@ def test_a_runs_warm_start_is_read_with_the_tokenizer_it_was_trained_on(tmp_path
     assert tokenizer.get_vocab() == trained_with.get_vocab() and tokenizer.padding_side == "left"
 
 
-# --- control (b): rejection-sampling SFT on the model's own successes (cells/bench/raft.py) ---
+# --- control (b): rejection-sampling SFT on the model's own successes (cells/experiments/raft.py) ---
 
 
 def test_raft_example_labels_exactly_the_models_own_tokens():
     from cells.agent.rollout import TrajectoryTokens
-    from cells.bench.raft import raft_example
+    from cells.experiments.raft import raft_example
 
     traj = TrajectoryTokens(prompt_ids=(1, 2, 3), completion_ids=(4, 5, 6, 7, 8), assistant_mask=(1, 1, 0, 0, 1),
                             turn_spans=((0, 2), (4, 5)), text="")
@@ -213,7 +213,7 @@ def test_raft_keeps_only_successful_episodes_and_sft_trains_on_them(tmp_path):
     """Expert episodes succeed, a player that only babbles fails: only the expert's become examples, and TRL's
     SFT trains on exactly their assistant tokens."""
     from cells.agent.policies import ExpertPolicy
-    from cells.bench import raft
+    from cells.experiments import raft
     from cells.modeling.tiny import build_or_load_tiny
     from cells.step_08_rewards import rewards_of
 
@@ -239,7 +239,7 @@ def test_raft_keeps_only_successful_episodes_and_sft_trains_on_them(tmp_path):
 
 def test_raft_rounds_stop_once_the_measured_budget_is_spent():
     """A round starts while at least half the last round's cost is left: within half a round of the budget."""
-    from cells.bench.raft import spend
+    from cells.experiments.raft import spend
 
     now = [0.0]
 
@@ -258,7 +258,7 @@ def test_raft_rounds_stop_once_the_measured_budget_is_spent():
 
 
 def test_raft_matches_grpos_compute_per_stage_and_counts_its_episodes(tmp_path):
-    from cells.bench.raft import CLOCKS, cosine_lr, grpo_episodes
+    from cells.experiments.raft import CLOCKS, cosine_lr, grpo_episodes
     from cells.training.metrics import grpo_compute_seconds
 
     _metrics_csv(tmp_path / "m.csv", [1.0, 2.0, 3.0, 4.0], stages=[1, 2, 2, 3], resampled=[0, 1, 0, 2],
@@ -273,7 +273,7 @@ def test_raft_matches_grpos_compute_per_stage_and_counts_its_episodes(tmp_path):
 
 
 def test_raft_seeds_lie_in_grpos_stage_blocks_past_what_grpo_plays():
-    from cells.bench.raft import RAFT_SEED_OFFSET, raft_first_seed
+    from cells.experiments.raft import RAFT_SEED_OFFSET, raft_first_seed
 
     for stage in (1, 2, 3):
         grpo_first = TRAIN_SEEDS.seed((stage - 1) * 100_000_000)
@@ -283,7 +283,7 @@ def test_raft_seeds_lie_in_grpos_stage_blocks_past_what_grpo_plays():
 
 def test_control_flag_raft_routes_to_the_raft_control(monkeypatch, tmp_path):
     from cells.__main__ import main
-    from cells.bench import raft
+    from cells.experiments import raft
 
     called = []
     monkeypatch.setattr(raft, "run_raft", lambda run_dir: called.append(("raft", run_dir)))
@@ -294,8 +294,8 @@ def test_control_flag_raft_routes_to_the_raft_control(monkeypatch, tmp_path):
 
 
 def test_raft_refuses_a_run_without_grpo_metrics_or_an_evaluation(tmp_path):
-    from cells.bench.raft import RaftError, run_raft
     from cells.errors import DriftCallError
+    from cells.experiments.raft import RaftError, run_raft
 
     with pytest.raises(RaftError, match=r"profile\.json is missing"):
         run_raft(tmp_path)
@@ -315,7 +315,7 @@ def test_raft_samples_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
     import itertools
     import math
 
-    from cells.bench.raft import raft_first_seed, run_raft
+    from cells.experiments.raft import raft_first_seed, run_raft
 
     profile = get_profile("cpu-smoke")
     run, cases = _finished_run(tmp_path)
@@ -343,7 +343,7 @@ def test_raft_samples_trains_evaluates_and_pairs_on_the_runs_own_spec(tmp_path):
 
 
 def test_splits_plays_the_raft_control_beside_the_others_when_it_exists(tmp_path, monkeypatch):
-    from cells.bench import splits
+    from cells.experiments import drift_split as splits
     from cells.modeling.tiny import build_or_load_tiny
 
     profile = get_profile("cpu-smoke")

@@ -110,8 +110,8 @@ def test_every_design_reference_in_the_code_names_a_section():
 
 
 def test_the_readme_glance_is_what_the_results_command_writes():
+    from cells.commands.results import GLANCE, glance_block
     from cells.evaluation import docblocks
-    from cells.evaluation.results import GLANCE, glance_block
 
     readme = README.read_text(encoding="utf-8")
     written = docblocks.block_body(readme, GLANCE)
@@ -126,8 +126,8 @@ def test_the_readme_glance_is_what_the_results_command_writes():
 def test_the_readme_split_glance_is_what_the_pooled_splits_command_writes():
     import json
 
-    from cells.bench.splits import GLANCE, POOLED_JSON, glance_block
     from cells.evaluation import docblocks
+    from cells.experiments.drift_split import GLANCE, POOLED_JSON, glance_block
 
     written = docblocks.block_body(README.read_text(encoding="utf-8"), GLANCE)
     assert written is not None, f"README.md lost its {GLANCE} markers"
@@ -166,7 +166,7 @@ def test_a_missing_block_is_named_with_the_markers_to_add():
 def test_the_pooled_split_results_recompute_from_the_records_kept_in_the_repository(tmp_path):
     import json
 
-    from cells.bench.splits import POOLED_JSON, pool_splits
+    from cells.experiments.drift_split import POOLED_JSON, pool_splits
 
     pooled = json.loads((ROOT / POOLED_JSON).read_text(encoding="utf-8"))
     dirs = [r["dir"] for r in pooled["runs"]] + ([pooled["oracle"]["dir"]] if pooled.get("oracle") else [])

@@ -21,7 +21,7 @@ from cells.drift.families import (
     parse_families,
     site_instances,
 )
-from cells.rewards.common import is_specific, norm_text
+from cells.rewards.text_match import is_specific, norm_text
 from cells.step_03_data import load_fixture
 from cells.step_04_datatypes import DRIFT_KINDS, LANGUAGES
 from cells.step_05_vendors import TOOL_NAMES, describe_schema, new_world

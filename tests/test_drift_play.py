@@ -8,7 +8,7 @@ import pytest
 
 from cells.agent.play import play_episode
 from cells.agent.policies import ExpertPolicy, NaivePolicy
-from cells.bench import drift as bench
+from cells.bench import drift_instances as bench
 from cells.drift.families import load_families, site_instances
 from cells.step_10_env import DriftCallEnv
 

@@ -1,15 +1,15 @@
 """Layers point one way, and no module imports itself back.
 
     data model (with the `Context` the steps hand on, and the profile) < world (vendors, drift and its families,
-    tasks) < rewards < env (with its action grammar) < agent (policies, prompt, rollout) < modeling < modeling steps (12-14)
-    < evaluation < training < training steps (15-17) < evaluation steps (18-25) and the run readers
-    < tools (benchmarks, the control, the runner, the CLI)
+    tasks) < rewards < env (with its action grammar) < agent (policies, prompt, rollout) < modeling
+    < modeling steps (12-14) < evaluation < training < training steps (15-17) < evaluation steps (18-25) and the
+    run readers (`cells/commands/`) < tools (benches, experiments, the runner, the CLI)
 
 A package sits below the step modules that face it: `cells/modeling/`, `cells/evaluation/` and `cells/training/`
 are the engines the steps coordinate, so a helper there never reaches back up into a step. The evaluation
 engine (held-out plans, the runner, records, reports, statistics) sits below training because step 15 checks
 its warm start on held-out seeds with it; the evaluation steps sit above training, with the run readers
-(`evaluation/results.py`, `evaluation/diagnose.py`), which read what every step wrote. The runner
+(`cells/commands/`: `results.py`, `diagnose.py`), which read what every step wrote. The runner
 (`cells.pipeline`: the step registry and `run`) is a tool: it imports every step, and no step imports it; the
 `Context` every step takes lives at the bottom (`cells.context`). The rules, every import under cells/ (lazy ones
 inside functions, relative ones, and type-only ones under `if TYPE_CHECKING:`) included:
@@ -34,18 +34,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, str], ...] = (
-    ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|distributed|datamodel|context|profiles)(\..+)?"),
+    ("model", r"cells\.(step_0[1-4]_\w+|progress|errors|distributed|codec|seeding|formats|context|profiles)(\..+)?"),
     ("world", r"cells\.(step_0[5-7]_\w+|vendors|tasks|drift)(\..+)?"),
     ("rewards", r"cells\.(step_08_\w+|rewards)(\..+)?"),
     ("env", r"cells\.(step_09_\w+|step_10_\w+|actions|openenv_env|server)(\..+)?"),
     ("agent", r"cells\.(step_11_\w+|agent)(\..+)?"),
     ("modeling", r"cells\.(modeling|trl_env)(\..+)?"),
     ("modeling steps", r"cells\.step_1[2-4]_\w+(\..+)?"),
-    ("evaluation", r"cells\.evaluation(?!\.(results|diagnose)\b)(\..+)?"),
+    ("evaluation", r"cells\.evaluation(\..+)?"),
     ("training", r"cells\.training(\..+)?"),
     ("training steps", r"cells\.step_1[5-7]_\w+(\..+)?"),
-    ("evaluation steps", r"cells\.(step_(1[89]|2\d)_\w+|evaluation\.(results|diagnose))(\..+)?"),
-    ("tools", r"cells(\.(pipeline|__main__|reloading|bench)(\..+)?)?"),
+    ("evaluation steps", r"cells\.(step_(1[89]|2\d)_\w+|commands)(\..+)?"),
+    ("tools", r"cells(\.(pipeline|__main__|reloading|bench|experiments)(\..+)?)?"),
 )
 RUNNER, CONTEXT = "cells.pipeline", "cells.context"
 STEP = re.compile(r"cells\.step_(\d\d)_\w+")
@@ -305,3 +305,17 @@ def test_the_language_list_check_catches_a_copy(tmp_path):
     copy.write_text('A = ("hi", "ta", "kn", "en", "hinglish")\nW = {"hi": 1, "ta": 1, "kn": 1, "en": 1, "hinglish": 1}\n'
                     'T = {"hi": "x", "ta": "y", "kn": "z", "en": "w", "hinglish": "v"}\n', encoding="utf-8")
     assert _language_lists(copy, {"hi", "ta", "kn", "en", "hinglish"}) == [1, 2]
+
+
+def test_no_two_modules_or_packages_share_a_name():
+    """A name says what a module holds, once: two files or packages under cells/ with the same name (`report.py`
+    in two packages, `progress.py` beside `training/progress.py`) make a reader guess which one an import means."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "cells").rglob("*")):
+        if "__pycache__" in path.parts:
+            continue
+        if path.is_dir() and (path / "__init__.py").exists():
+            seen.setdefault(path.name, []).append(f"{path.relative_to(ROOT)}/")
+        elif path.suffix == ".py" and path.stem not in ("__init__", "__main__"):
+            seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}

@@ -112,12 +112,12 @@ def _int_literals(path: Path, values: set[int]) -> list[int]:
 
 def test_seed_range_bounds_are_declared_once():
     """Only the seeding module spells out where the train/probe/eval seed ranges start and stop (`SEED_RANGES`)."""
-    from cells.datamodel.seeding import SEED_RANGES
+    from cells.seeding import SEED_RANGES
 
     bounds = {b for r in SEED_RANGES for b in (r.start, r.stop)} - {0}
-    home = ROOT / "cells" / "datamodel" / "seeding.py"
+    home = ROOT / "cells" / "seeding.py"
     spelled = [f"{_rel(p)}{line}" for p in SOURCES if p != home for line in _int_literals(p, bounds)]
-    assert spelled == [], f"derive these from datamodel.seeding.SEED_RANGES (e.g. EVAL_SEEDS.start): {spelled}"
+    assert spelled == [], f"derive these from cells.seeding.SEED_RANGES (e.g. EVAL_SEEDS.start): {spelled}"
 
 
 def test_the_seed_check_catches_a_copy(tmp_path):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cells.evaluation import results
+from cells.commands import results
 from cells.evaluation.report import build_eval_report, compare_reports, save_report_json
 from cells.evaluation.synthetic import synthetic_records
 from cells.training.metrics import COLUMNS
@@ -175,7 +175,7 @@ def test_errors_name_what_is_missing(tmp_path):
 
 def test_copy_diagnostics_count_issued_tokens_and_right_slots():
     from cells.agent.play import play_episode
-    from cells.evaluation.diagnose import copy_diagnostics
+    from cells.commands.diagnose import copy_diagnostics
     from cells.step_07_tasks import eval_seeds
     from cells.step_10_env import DriftCallEnv
     from cells.step_11_agent import EXPLOIT_POLICIES, ExpertPolicy
@@ -202,7 +202,7 @@ def test_copy_diagnostics_count_search_dates_by_one_and_two_digit_day():
     import re
 
     from cells.agent.play import play_episode
-    from cells.evaluation.diagnose import copy_diagnostics, date_slot_kind, offence_row
+    from cells.commands.diagnose import copy_diagnostics, date_slot_kind, offence_row
     from cells.step_07_tasks import eval_seeds
     from cells.step_08_rewards import rewards_of
     from cells.step_10_env import DriftCallEnv
@@ -245,7 +245,7 @@ def test_copy_diagnostics_count_search_dates_by_one_and_two_digit_day():
 def test_refusal_summary_counts_the_same_call_sent_again_after_a_refused_booking():
     """The naive player answers a refused booking with one identical retry; the expert never does."""
     from cells.agent.play import play_episode
-    from cells.evaluation.diagnose import refusal_cases, refusal_summary
+    from cells.commands.diagnose import refusal_cases, refusal_summary
     from cells.step_10_env import DriftCallEnv
     from cells.step_11_agent import ExpertPolicy, NaivePolicy
 
@@ -269,7 +269,7 @@ def test_development_summary_counts_success_per_stage_and_each_wrong_binding_fac
     """`diagnose --dev` reads development cases (clear of the probe's and --refusals' cases): the expert succeeds in
     all of them; a player booking one unit short fails every booked one, and the fact it got wrong is named."""
     from cells.agent.play import play_episode
-    from cells.evaluation.diagnose import DEVELOPMENT_CASES_FROM, development_summary, refusal_cases
+    from cells.commands.diagnose import DEVELOPMENT_CASES_FROM, development_summary, refusal_cases
     from cells.step_07_tasks import eval_seeds
     from cells.step_10_env import DriftCallEnv
     from cells.step_11_agent import EXPLOIT_POLICIES, ExpertPolicy
@@ -335,7 +335,7 @@ def test_copy_diagnostics_count_dates_at_the_years_turn_again():
     """A date in the next calendar year is counted under its day kind and again as `year_turn`; a player that writes
     this year for it (the dfb6f13 warm start's error: `2026-01-09` for `2027-01-09`) is wrong there."""
     from cells.agent.play import play_episode
-    from cells.evaluation.diagnose import DAY_KINDS, copy_diagnostics
+    from cells.commands.diagnose import DAY_KINDS, copy_diagnostics
     from cells.step_02_profiles import TRAIN_SEEDS
     from cells.step_07_tasks import crosses_year, generate
     from cells.step_10_env import DriftCallEnv
@@ -364,7 +364,7 @@ def test_copy_diagnostics_count_dates_at_the_years_turn_again():
 
 def _scripted_failures(policy, stage=1, n=4):
     from cells.agent.play import play_episode
-    from cells.evaluation.diagnose import failure_row
+    from cells.commands.diagnose import failure_row
     from cells.step_07_tasks import eval_seeds
     from cells.step_08_rewards import rewards_of
     from cells.step_10_env import DriftCallEnv
@@ -378,7 +378,7 @@ def _scripted_failures(policy, stage=1, n=4):
 
 
 def test_failure_rows_say_why_the_task_failed_from_the_reward_breakdown():
-    from cells.evaluation.diagnose import failure_summary
+    from cells.commands.diagnose import failure_summary
     from cells.step_11_agent import EXPLOIT_POLICIES
 
     wrong = _scripted_failures(EXPLOIT_POLICIES["wrong_fast"])
@@ -392,7 +392,7 @@ def test_failure_rows_say_why_the_task_failed_from_the_reward_breakdown():
 
 
 def test_section_summarises_the_trained_models_failures_when_diagnosed(tmp_path):
-    from cells.evaluation.diagnose import failure_summary
+    from cells.commands.diagnose import failure_summary
     from cells.step_11_agent import EXPLOIT_POLICIES
 
     run, _, _ = _fake_run(tmp_path)
@@ -406,7 +406,7 @@ def test_section_summarises_the_trained_models_failures_when_diagnosed(tmp_path)
 def test_an_invented_id_is_read_against_the_string_shown_most_like_it():
     from types import SimpleNamespace
 
-    from cells.evaluation.diagnose import invented_id_reading, nearest_shown
+    from cells.commands.diagnose import invented_id_reading, nearest_shown
 
     shown = SimpleNamespace(turn=2, response={"flights": [{"flight_id": "IX-898"}, {"flight_id": "AI-4417"}]})
     episode = SimpleNamespace(results=(shown,))
@@ -420,7 +420,7 @@ def test_an_invented_id_is_read_against_the_string_shown_most_like_it():
 
 def test_section_lists_the_trained_models_probe_offences_when_diagnosed(tmp_path):
     from cells.agent.play import play_episode
-    from cells.evaluation.diagnose import offence_row, probe_offence_summary
+    from cells.commands.diagnose import offence_row, probe_offence_summary
     from cells.step_07_tasks import eval_seeds
     from cells.step_08_rewards import rewards_of
     from cells.step_10_env import DriftCallEnv

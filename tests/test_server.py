@@ -524,7 +524,7 @@ def test_manifest_parses_with_openenv_and_names_an_importable_app(monkeypatch: A
 
 
 def test_importing_the_server_package_stays_light() -> None:
-    code = ("import sys, cells.server, cells.server.app, cells.server.middleware, cells.bench.server; "
+    code = ("import sys, cells.server, cells.server.app, cells.server.middleware, cells.bench.serving; "
             "heavy = [m for m in ('openenv', 'fastapi', 'gradio', 'uvicorn', 'torch') if m in sys.modules]; "
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, cwd=ROOT)

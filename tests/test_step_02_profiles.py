@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from cells.datamodel.seeding import SeedRangeError
+from cells.seeding import SeedRangeError
 from cells.step_02_profiles import (
     EVAL_SEEDS,
     PROBE_SEEDS,

@@ -147,7 +147,7 @@ def test_seeded_random_is_random_random(seed):
     """Every seeded decision draws from `seeded_random`: it must be exactly `random.Random(seed)`."""
     import random
 
-    from cells.datamodel.seeding import seeded_random
+    from cells.seeding import seeded_random
 
     ours, ref = seeded_random(seed), random.Random(seed)
     assert ours.getstate() == ref.getstate()

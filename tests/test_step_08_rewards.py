@@ -22,8 +22,8 @@ from cells.rewards.adapters import (
     default_tool_args,
     evidence_of,
 )
-from cells.rewards.common import contains_token, norm_text
 from cells.rewards.penalty import CLAIM_LITERALS, CLAIM_VOCABULARY
+from cells.rewards.text_match import contains_token, norm_text
 from cells.step_04_datatypes import (
     MIN_REWARD,
     ActionRecord,

@@ -249,8 +249,8 @@ def _copied_ids(conversations):
     """(earlier text, action text, value) for every id-like argument of an expert tool call that was shown before."""
     import json
 
-    from cells.rewards.common import key_paths, scalars
     from cells.rewards.penalty import ID_KEY
+    from cells.rewards.text_match import key_paths, scalars
 
     for conv in conversations:
         for i, message in enumerate(conv):

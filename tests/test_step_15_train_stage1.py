@@ -948,7 +948,7 @@ def test_where_a_runs_gradient_and_seconds_went_per_stage_and_per_pattern(tmp_pa
     RAFT's line and the per-pattern table, from metrics.csv, the stages' groups.jsonl and the RAFT control's file."""
     import json
 
-    from cells.evaluation.diagnose import SIGNAL_FILE, diagnose_signal
+    from cells.commands.diagnose import SIGNAL_FILE, diagnose_signal
     from cells.training.metrics import COLUMNS, logs_to_row
     from cells.training.signal import GROUP_TRACE
 

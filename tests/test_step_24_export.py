@@ -100,7 +100,7 @@ def test_conclusion_with_nothing_evaluated_still_renders(tmp_path):
 
 def test_diagnose_failures_replays_the_export_on_the_cases_step_19_failed(tmp_path, monkeypatch):
     """`python -m cells diagnose --failures`: the exported model, replayed on the records' failed cases."""
-    from cells.evaluation.diagnose import diagnose_failures
+    from cells.commands.diagnose import diagnose_failures
     from cells.evaluation.records import record_from_episode, save_records_jsonl
     from cells.evaluation.runner import EvalCase, play_greedy
     from cells.step_07_tasks import eval_seeds
@@ -129,7 +129,7 @@ def test_diagnose_failures_replays_the_export_on_the_cases_step_19_failed(tmp_pa
 def test_diagnose_probe_replays_the_export_on_the_probe_cases(tmp_path, monkeypatch):
     """`python -m cells diagnose --probe`: the exported model, replayed on step 20's cases, must commit the
     offences `probe.json` recorded for it; a probe of another model, or of none, is refused."""
-    from cells.evaluation.diagnose import DiagnoseError, diagnose_probe
+    from cells.commands.diagnose import DiagnoseError, diagnose_probe
     from cells.step_20_probe import _play_model, known_offence_codes, probe_cases, summarise
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -155,7 +155,7 @@ def test_diagnose_probe_replays_the_export_on_the_probe_cases(tmp_path, monkeypa
 
 def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes(tmp_path, monkeypatch):
     """`python -m cells diagnose --refusals`: the exported model on drifted probe-range cases the probe never plays."""
-    from cells.evaluation.diagnose import DiagnoseError, diagnose_refusals, refusal_cases
+    from cells.commands.diagnose import DiagnoseError, diagnose_refusals, refusal_cases
     from cells.step_20_probe import probe_cases
 
     assert not {c.seed for c in refusal_cases(200)} & {c.seed for c in probe_cases(1_000)}
@@ -167,12 +167,12 @@ def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes
     assert json.loads((tmp_path / "diagnose_refusals.json").read_text(encoding="utf-8")) == summary
     with pytest.raises(DiagnoseError, match="--episodes must be >= 1"):
         diagnose_refusals(tmp_path, episodes=0)
-    from cells.evaluation.diagnose import DEV_FILES, diagnose_development
+    from cells.commands.diagnose import DEV_FILES, diagnose_development
 
     dev = diagnose_development(tmp_path, episodes=3)  # the export, on development cases
     assert dev["played"] == 3 and dev["model"] == "trained" and set(dev["success_by_stage"]) == {"1", "2", "3"}
     assert json.loads((tmp_path / DEV_FILES[False]).read_text(encoding="utf-8"))["failures"] == dev["failures"]
-    from cells.evaluation.diagnose import REACH_FILES, diagnose_reach
+    from cells.commands.diagnose import REACH_FILES, diagnose_reach
     from cells.step_06_drift import drift_split
 
     with pytest.raises(DiagnoseError, match="without a drift_split"):

@@ -22,7 +22,7 @@ def test_the_gate_extends_below_target_while_success_rises(success, previous, ro
 
 
 def test_development_cases_come_from_the_probe_range_past_every_diagnose_slice():
-    from cells.evaluation.diagnose import DEVELOPMENT_CASES_FROM, REACH_CASES_FROM
+    from cells.commands.diagnose import DEVELOPMENT_CASES_FROM, REACH_CASES_FROM
 
     cases = gate.dev_cases(9)
     assert [c.stage for c in cases] == [1, 2, 3] * 3
@@ -31,7 +31,7 @@ def test_development_cases_come_from_the_probe_range_past_every_diagnose_slice()
 
 
 def test_extension_rounds_use_seeds_neither_the_warm_start_nor_the_control_uses():
-    from cells.bench.control import CONTROL_SEED_BLOCK
+    from cells.experiments.control import CONTROL_SEED_BLOCK
     from cells.training.sft_data import SFT_STAGE_SEED_STRIDE, sft_plan_item
 
     profile = get_profile("cpu-rl")

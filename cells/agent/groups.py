@@ -17,7 +17,7 @@ from cells.agent.rollout import (
     rollout_batch,
 )
 from cells.agent.turns import DEFAULT_GENERATION, GenerationSpec
-from cells.datamodel.seeding import stable_int
+from cells.seeding import stable_int
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cells.datamodel.seeding import stable_int
+from cells.seeding import stable_int
 
 Messages = list[dict[str, str]]
 _SENTINEL = "\u2063DRIFTCALL_SENTINEL\u2063"

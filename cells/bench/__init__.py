@@ -1,5 +1,6 @@
-"""Every benchmark, one `python -m cells bench <what>` each; `--docs` also writes its output into its block of
-`docs/benchmarks.md` (the command, commit and date on the block's first line).
+"""Every benchmark (speed, throughput, the scripted players' contract), one `python -m cells bench <what>` each;
+`--docs` also writes its output into its block of `docs/benchmarks.md` (the command, commit and date on the
+block's first line).
 
     python -m cells bench env [--episodes 300]       expert episodes/s, env steps/s, reward-time share
     python -m cells bench policies [--seeds 500]     the scripted players per stage x language; PASS/FAIL checks
@@ -11,9 +12,8 @@
     python -m cells bench voice                      the voice boundary's round trip per language
     python -m cells bench trl --run-dir runs/cpu-learn  stock TRL + DriftCallToolEnv: s/step vs ours, learning
 
-Each bench lives in its own module here, imported only when asked for. `control.py` is here too, though it is
-`python -m cells control` (the SFT-only control for a finished run's GRPO): it trains and evaluates, so it
-belongs to the tools layer above both (tests/test_layers.py).
+Each bench lives in its own module here, imported only when asked for. Experiments that train or evaluate models
+(the controls, the drift-split evaluation, the learning curve) live in `cells/experiments/`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 
 # The benches that live in their own module (its `main(argv)` runs them).
 _MODULE_BENCHES = {
-    "server": "cells.bench.server",  # steps/s and latency against OpenEnv's own floor
-    "train": "cells.bench.train",  # SFT tokens/s, GRPO s/step, rollout tokens/s, plain-TRL floor
+    "server": "cells.bench.serving",  # steps/s and latency against OpenEnv's own floor
+    "train": "cells.bench.training_speed",  # SFT tokens/s, GRPO s/step, rollout tokens/s, plain-TRL floor
     "voice": "cells.bench.voice",  # the voice boundary's round trip: CER and slot survival per language
     "copy": "cells.bench.copy",  # what copy pretraining teaches the tiny model to copy, per kind of string
     "scale": "cells.bench.scale",  # GRPO s/step of 1 process against N, same global batch
-    "drift": "cells.bench.drift",  # every generated drift instance bites and is solvable, per family
+    "drift": "cells.bench.drift_instances",  # every generated drift instance bites and is solvable, per family
     "trl": "cells.bench.stock_trl",  # TRL's stock GRPOTrainer on DriftCallToolEnv: s/step vs ours, held-out gain
 }
 # Every `python -m cells bench <what>`; the CLI's parser offers these (cells/__main__.py).
@@ -76,7 +76,7 @@ def write_docs(what: str, argv: list[str], printed: str, path: str = DOCS) -> st
 
 
 def main(argv: list[str]) -> int:
-    """`bench env [--episodes N]` | `bench policies [--seeds N]` (env_policies.py) | `bench drift` (drift.py) |
+    """`bench env [--episodes N]` | `bench policies [--seeds N]` (env_policies.py) | `bench drift` (drift_instances.py) |
     `bench server [...]`
     (server.py) | `bench train [--profile cpu-learn]` (train.py) | `bench scale [--processes 2]` (scale.py)
     | `bench voice` (voice.py) | `bench copy [--profile cpu-learn]` (copy.py).

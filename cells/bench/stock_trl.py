@@ -71,7 +71,7 @@ def time_stock(model_dir: Path, tokenizer: Any, profile: Any, steps: int, out: P
 
 def time_ours(model_dir: Path, tokenizer: Any, profile: Any, steps: int, out: Path) -> float:
     """Seconds per step of DriftCall's trainer, stage 1, exactly as `bench train` times it."""
-    from cells.bench.train import bench_grpo
+    from cells.bench.training_speed import bench_grpo
     from cells.pipeline import make_context
     from cells.step_12_model import attach_adapter
 

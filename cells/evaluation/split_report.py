@@ -5,7 +5,7 @@
 - `pooled_markdown(pooled, words, image)`: the tables of the docs block `splits:pooled`: success pooled,
   paired differences pooled and per seed, calibration on the withheld sets, success per drift kind and per
   language, and the experiment's targets. Every number comes from `pooled`.
-`words` names models in prose (`cells.bench.splits.MODEL_WORDS`); a model it lacks keeps its key.
+`words` names models in prose (`cells.experiments.drift_split.MODEL_WORDS`); a model it lacks keeps its key.
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ def rollout_metrics(
 
 def replacement_step(step: int, round_: int) -> int:
     """The dataset index whose record replaces the group of curriculum step `step` in resampling round `round_`."""
-    from cells.datamodel.seeding import stable_int
+    from cells.seeding import stable_int
 
     if not 0 <= round_ < (rounds := knob_cap("grpo_resample_rounds")):
         raise BatchError(f"resampling round {round_} outside [0, {rounds})")

@@ -31,7 +31,7 @@ from cells.step_07_tasks import (
     script_of,
 )
 
-from .common import is_specific, norm_text
+from .text_match import is_specific, norm_text
 
 PatternLookup = Mapping[str, Any] | Callable[[str], Any]
 

@@ -12,7 +12,7 @@ from cells.step_04_datatypes import Booking, Episode, TerminatedBy
 from cells.tasks.i18n import script_counts, script_share
 
 from .adapters import OPS, DriftEvidence, TaskRules
-from .common import (
+from .text_match import (
     actions_by_turn,
     contains_token,
     keys_in,

@@ -25,7 +25,7 @@ from cells.errors import DriftCallError
 from cells.step_03_data import load_fixture
 from cells.step_04_datatypes import GOAL_DOMAINS, LANGUAGES, Booking, Constraint, GoalSpec
 from cells.tasks.i18n import LANGUAGE_SCRIPT, has_script, nfc, phrases
-from cells.vendors.common import UNREGISTERED_GSTIN
+from cells.vendors.write_path import UNREGISTERED_GSTIN
 
 TEMPLATES_FIXTURE = "templates.yaml"
 
@@ -373,7 +373,7 @@ SLOT_TO_DETAIL: dict[str, str] = {f.name: f.detail for facts in BINDING_FACTS.va
 class ReportFact:
     """One thing the agent must tell the user about the task booking for r_task = 1. `told_in` is where the
     judge looks ("report": the submit message; "any message": any message to the user by the end); `value`
-    what must be stated; `compare` how step 8 (`rewards/report.py`) finds it in the text."""
+    what must be stated; `compare` how step 8 (`rewards/user_report.py`) finds it in the text."""
 
     name: str
     told_in: str

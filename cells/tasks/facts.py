@@ -9,7 +9,7 @@ from cells.step_04_datatypes import Constraint, UserFacts, rng_for
 from cells.tasks import catalog
 from cells.tasks.catalog import Template
 from cells.tasks.i18n import tables
-from cells.vendors.common import gstin_checksum
+from cells.vendors.write_path import gstin_checksum
 
 SWITCH_TO: dict[str, str] = {"hi": "hinglish", "hinglish": "hi", "en": "hinglish", "ta": "en", "kn": "en"}
 SWITCH_PROBABILITY = 0.4  # stage 3 only

@@ -39,7 +39,7 @@ from cells.training.checkpoints import (
     write_meta,
 )
 from cells.training.metrics import MetricsCallback
-from cells.training.progress import use_stage_progress
+from cells.training.stage_bars import use_stage_progress
 
 TrainerFactory = Callable[[Path, list[Any]], Any]  # (output_dir, callbacks) -> transformers.Trainer
 

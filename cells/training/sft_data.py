@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from cells.agent.chat import ASSISTANT_ROLES, render_segments
 from cells.errors import DriftCallError
 from cells.progress import progress_bar
-from cells.vendors.errors import ErrorCode
+from cells.vendors.error_codes import ErrorCode
 
 if TYPE_CHECKING:  # pragma: no cover
     from cells.step_06_drift import DriftPool
@@ -206,7 +206,7 @@ CHOICE_DRILL_SEEDS_PER = 40  # seeds scanned per recovery drill at most (~15 nee
 def choice_recovery_turn(episode: Any) -> int | None:
     """The turn of the next call to the same tool after the episode's first booking or order call refused with a
     list of the options still `available`; None without such a refusal or such a call."""
-    from cells.rewards.common import next_call_to
+    from cells.rewards.text_match import next_call_to
     from cells.step_04_datatypes import GOAL_WRITE_TOOLS
 
     writes = set(GOAL_WRITE_TOOLS.values())
@@ -507,7 +507,7 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int
     budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
     `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
     and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
-    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.bench.control`) and the warm start's
+    warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.experiments.control`) and the warm start's
     development gate (`cells.training.warm_start_gate`, at `offset` seeds into its block) later ones, same recipe."""
     from cells.step_06_drift import demonstration_pool, drift_split
 

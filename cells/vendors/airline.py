@@ -12,8 +12,7 @@ from typing import Any
 
 from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
-from .common import booking_view, cancel, check_duplicate, find_booking
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
@@ -27,6 +26,7 @@ from .world import (
     minutes,
     norm,
 )
+from .write_path import booking_view, cancel, check_duplicate, find_booking
 
 CARRIERS = ("6E", "AI", "UK", "SG", "QP", "IX")
 FARE_FLOOR_INR = 2100  # per passenger; keeps every booking above the ₹2,000 MFA drift threshold

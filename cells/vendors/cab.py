@@ -11,12 +11,12 @@ from typing import Any
 
 from cells.step_04_datatypes import Booking, rng_for, stable_id
 
-from .common import booking_view, cancel, check_duplicate
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import World, commit_booking, goal_constraint, goal_slot_matches, norm
+from .write_path import booking_view, cancel, check_duplicate
 
 TIER = {"mini": 1.0, "sedan": 1.35, "prime": 1.6, "suv": 1.9, "premium": 2.8}  # cheapest first
 FARE_FLOOR_INR = 60

@@ -24,7 +24,7 @@ from cells.step_04_datatypes import (
 )
 
 from . import airline, cab, hotel, payment, restaurant
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .generic import checked_args, extra_args, formatted_args, schema_notes, shaped_response
 from .registry import TYPES, Tool, check_schema
 from .world import DEFAULT_FLAGS, World

@@ -8,7 +8,7 @@ every goal domain, so a family needs no code in any vendor:
   or an empty list; a call without it is refused with `MISSING_REQUIRED_FIELD` naming it and where its value
   comes from, a wrong value with `INVALID_FIELD_VALUE`; the handler never sees it;
 - `arg_formats` {"tool|type": format}: the tool takes its `date`/`datetime` arguments in that format
-  (`cells.datamodel.formats`); any other form is refused naming the argument and the format;
+  (`cells.formats`); any other form is refused naming the argument and the format;
 - `booking_fees` {field: amount}: added to a booking's charged total, each shown in the write's response;
 - `terms` {field: value}: shown in the write's response (a terms notice the user must hear).
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cells.datamodel import formats
+from cells import formats
 from cells.step_04_datatypes import stable_id
 
-from .common import UNREGISTERED_GSTIN
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .registry import Arg
 from .world import norm
+from .write_path import UNREGISTERED_GSTIN
 
 if TYPE_CHECKING:  # pragma: no cover
     from .registry import Tool

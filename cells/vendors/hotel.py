@@ -12,12 +12,12 @@ from typing import Any
 
 from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
-from .common import UNREGISTERED_GSTIN, booking_view, cancel, check_duplicate, valid_gstin
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
 from .world import World, commit_booking, goal_constraint, goal_slot_matches, memo_listings, norm
+from .write_path import UNREGISTERED_GSTIN, booking_view, cancel, check_duplicate, valid_gstin
 
 ROOM_TYPES = ("standard", "deluxe", "suite")
 NAMES = ("Taj Residency", "Lemon Tree", "Treebo Trend", "FabHotel Prime", "Ginger", "ITC Grand", "The Park")

@@ -11,7 +11,7 @@ from typing import Any
 
 from cells.step_04_datatypes import stable_digest, stable_id
 
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool
 from .world import World
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cells.step_04_datatypes import ToolDoc
 
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .world import DATE
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -13,8 +13,7 @@ from typing import Any
 
 from cells.step_04_datatypes import Booking, GoalSpec, rng_for, stable_id
 
-from .common import booking_view, check_duplicate, find_booking
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .generic import booking_extras
 from .payment import authorize_and_charge
 from .registry import REFERENCE_PREFIXES, Arg, Effect, Tool, payment_args
@@ -27,6 +26,7 @@ from .world import (
     memo_listings,
     norm,
 )
+from .write_path import booking_view, check_duplicate, find_booking
 
 DISHES = {
     "veg": ("Masala Dosa", "Paneer Butter Masala", "Veg Biryani", "Chole Bhature", "Dal Makhani",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.datamodel import formats
+from cells import formats
 
 from .observe import KNOWN_KEYS
 

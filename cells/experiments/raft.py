@@ -5,7 +5,7 @@ successful episodes does not? GRPO trains on on-policy samples weighted by a gro
 the on-policy samples that succeed and does SFT on them, no negative signal, no baseline, no KL. Much of what RL
 seems to add can be on-policy data alone (arXiv 2510.18874), and GRPO's edge over RAFT is largely its use of the
 failed samples and its dropping of zero-variance groups (arXiv 2504.11343); so GRPO − RAFT separates what the
-reward teaches from what on-policy data teaches, as control (a) (`cells/bench/control.py`) separates GRPO from
+reward teaches from what on-policy data teaches, as control (a) (`cells/experiments/control.py`) separates GRPO from
 more expert demonstrations.
 
 How: from the run's warm start (`training/warm_start/model`, every weight trains, as in control (a)), stage by
@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cells.bench.control import CONTROL_LR_SHARE, ControlError, evaluate_and_pair
+from cells.experiments.control import CONTROL_LR_SHARE, ControlError, evaluate_and_pair
 
 RAFT_SEED_OFFSET = 50_000_000  # into each stage's 1e8-seed block: GRPO and the warm start use only its first ~1e5
 RAFT_ROUND_GROUPS = 8  # groups per sampling round: 64 episodes at G=8, a few seconds of sampling on 2 cores
@@ -165,7 +165,7 @@ def sample_round(model: Any, tokenizer: Any, profile: Any, factory: Any, seeds: 
     """Play G sampled episodes on the seed of each visit (`seeds` cycled, else `visits` are the seeds); returns
     the kept examples and the episodes played. Each episode samples from its own seed (visit, generation)."""
     from cells.agent.rollout import GenerationSpec, rollout_batch
-    from cells.datamodel.seeding import stable_int
+    from cells.seeding import stable_int
 
     rows = [(seeds[v % len(seeds)] if seeds else v, v, k) for v in visits for k in range(profile.num_generations)]
     model.eval()

@@ -245,7 +245,7 @@ def nearest_shown(episode: Any, turn: int, value: str) -> tuple[str | None, floa
     """The string a tool result showed before `turn` most like `value`, and their `difflib` similarity (0-1)."""
     from difflib import SequenceMatcher
 
-    from cells.rewards.common import scalars
+    from cells.rewards.text_match import scalars
 
     best, similarity = None, 0.0
     for shown in sorted({v for r in episode.results if r.turn < turn for v in scalars(r.response)}):
@@ -343,7 +343,7 @@ def refusal_cases(n: int) -> tuple[Any, ...]:
 def first_refusal(episode: Any) -> dict[str, Any] | None:
     """The episode's first booking or order call a vendor refused (a timeout is no refusal): its error code,
     whether the next call to that tool sent the same arguments again, and whether the episode booked."""
-    from cells.rewards.common import actions_by_turn, next_call_to
+    from cells.rewards.text_match import actions_by_turn, next_call_to
     from cells.step_04_datatypes import GOAL_WRITE_TOOLS, ToolStatus, canonical_json
 
     writes = set(GOAL_WRITE_TOOLS.values())

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cells.commands.diagnose import REFUSALS_FILES
 from cells.errors import DriftCallError
 from cells.evaluation import docblocks
-from cells.evaluation.diagnose import REFUSALS_FILES
 from cells.evaluation.markdown import table
 from cells.evaluation.report import load_report_json
 from cells.training.induction import copied_exactly_text
@@ -282,7 +282,7 @@ def _generation_lines(reports: Mapping[str, Any], memory: Mapping[str, float] | 
 def _date_slots_clause(diag: dict[str, Any]) -> str:
     """`diagnose.json`'s search dates by one- and two-digit day and at the year's turn, as a clause ("" for a file
     without them)."""
-    from cells.evaluation.diagnose import DATE_KINDS
+    from cells.commands.diagnose import DATE_KINDS
 
     parts = [f"{diag.get(f'{kind}_slots_right', 0)} of {diag[f'{kind}_slots']} {words}"
              for kind, words in DATE_KINDS.items() if diag.get(f"{kind}_slots")]

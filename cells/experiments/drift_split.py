@@ -49,7 +49,7 @@ def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from cells.evaluation.diagnose import model_to_play
+    from cells.commands.diagnose import model_to_play
     from cells.step_24_export import MISSING_EXPORT_HINT
 
     if not (run_dir / "export").is_dir():

@@ -20,7 +20,7 @@ The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` (`t
 plus one evaluation (~15 min for cpu-learn); it reports, whichever way the comparison comes out.
 
 `python -m cells control --raft` runs control (b) instead, rejection-sampling SFT on the model's own successes
-(`cells/bench/raft.py`, which builds on this module).
+(`cells/experiments/raft.py`, which builds on this module).
 """
 
 from __future__ import annotations

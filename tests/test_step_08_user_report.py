@@ -1,4 +1,4 @@
-"""Step 8, what the agent tells the user (cells/rewards/report.py, docs/judge.md): the report binds like the
+"""Step 8, what the agent tells the user (cells/rewards/user_report.py, docs/judge.md): the report binds like the
 booking (reference, charged total, a fee a drift added), and a false total or reference is harm. The honest cases
 the rule must leave free are tested one by one; a property test over generated episodes of every domain, stage and
 language checks that a report whose total or reference differs from the booking's is never a success."""
@@ -14,7 +14,7 @@ from test_step_08_rewards import BOOK, FLIGHTS, TOKEN, booking, call, codes, epi
 
 from cells.agent.play import play_episode
 from cells.agent.policies import ExpertPolicy
-from cells.rewards.report import misinformation_offences
+from cells.rewards.user_report import misinformation_offences
 from cells.step_04_datatypes import (
     GOAL_DOMAINS,
     LANGUAGES,

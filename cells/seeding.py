@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from cells.datamodel.codec import canonical_json
+from cells.codec import canonical_json
 from cells.errors import DriftCallError
 
 

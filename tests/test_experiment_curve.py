@@ -11,7 +11,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from cells.bench import curve
+from cells.experiments import curve
 from cells.step_02_profiles import get_profile
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from cells.bench import server as bench_server
+from cells.bench import serving as bench_server
 
 
 def test_cpu_seconds_of_child_processes_are_counted_apart() -> None:

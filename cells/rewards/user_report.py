@@ -32,8 +32,8 @@ from cells.step_07_tasks import REPORT_FACTS
 from cells.tasks.i18n import amounts_in
 
 from .adapters import DriftEvidence
-from .common import contains_token, norm_text, user_messages_of
 from .components import cited, first_observed_turn
+from .text_match import contains_token, norm_text, user_messages_of
 
 Amount = int | float
 MONEY_KEY_SUFFIX = "_inr"  # the vendors name every rupee field so (total_inr, convenience_fee_inr, refund_inr)

@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tiny import tiny_tokenizer
 
-from cells.bench.train import CountingCollator, TrainBench, main
+from cells.bench.training_speed import CountingCollator, TrainBench, main
 
 
 def _bench(**kw):
@@ -49,7 +49,7 @@ def test_counting_collator_counts_real_tokens_labels_and_cells_of_trl_padding():
 
 
 def test_bench_train_is_reachable_from_the_cli(monkeypatch, capsys):
-    import cells.bench.train as bt
+    import cells.bench.training_speed as bt
     from cells.__main__ import main as cli
 
     seen = {}
@@ -71,7 +71,7 @@ def test_bench_train_is_reachable_from_the_cli(monkeypatch, capsys):
 def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from cells.bench.train import bench_grpo
+    from cells.bench.training_speed import bench_grpo
     from cells.pipeline import make_context
     from cells.training import grpo_stage
 
@@ -93,7 +93,7 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
     ctx = make_context("cpu-learn", tmp_path)  # two groups of 8 a step, failure curriculum on
     assert ctx.profile.prompts_per_step == 2 and ctx.profile.grpo_failure_candidates > 0
     clock = iter([100.0, 110.0])  # the step takes 10 s on this clock
-    monkeypatch.setattr("cells.bench.train.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("cells.bench.training_speed.time.perf_counter", lambda: next(clock))
     seconds, rate, tokens, decode_steps, rollout_share = bench_grpo(ctx, steps=1)
     assert seen["candidates"] == 0  # the greedy mining before step 1 is not a step's cost
     assert rate == 500.0 and tokens == 100.0 * 8 * 2  # per-episode mean times every episode of the step
@@ -104,7 +104,7 @@ def test_grpo_step_counts_every_group_of_the_batch_and_skips_failure_mining(monk
 def test_a_saved_model_is_played_only_with_the_profiles_vocabulary(tmp_path):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from cells.bench.train import ModelVocabularyError, load_played_model
+    from cells.bench.training_speed import ModelVocabularyError, load_played_model
 
     tok = tiny_tokenizer()
     config = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,

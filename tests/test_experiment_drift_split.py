@@ -10,9 +10,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from cells.bench import splits
 from cells.evaluation import split_pool, split_report, stats
 from cells.evaluation.records import EvalRecord, load_records_jsonl, save_records_jsonl
+from cells.experiments import drift_split as splits
 from cells.step_02_profiles import get_profile
 
 

@@ -75,9 +75,9 @@ def learning_curve(run_dir: Path, per_set: int = 100, every: int = 10, sets: tup
                    ) -> dict[str, Any]:
     """Play the warm start and the kept checkpoints on `per_set` held-out cases of each of `sets`; write and return
     `eval_curve.json`."""
-    from cells.bench.splits import SPLIT_EVAL_FROM
     from cells.evaluation.runner import play_greedy
     from cells.evaluation.splits import split_cases
+    from cells.experiments.drift_split import SPLIT_EVAL_FROM
     from cells.progress import progress_bar
     from cells.step_02_profiles import EVAL_SEEDS
     from cells.step_06_drift import PATTERN_SETS, drift_split

@@ -7,7 +7,7 @@ from typing import Any
 
 from cells.step_04_datatypes import Booking
 
-from .errors import ErrorCode, VendorError
+from .error_codes import ErrorCode, VendorError
 from .world import World, cancel_booking, live_duplicate
 
 

@@ -190,7 +190,7 @@ def _start(kind: str, stage: int, max_sessions: int, token: str, env_workers: in
     from cells.distributed import free_port
 
     port = free_port(HOST)
-    code = f"from cells.bench.server import _serve; _serve({kind!r}, {port}, {stage}, {max_sessions}, {env_workers})"
+    code = f"from cells.bench.serving import _serve; _serve({kind!r}, {port}, {stage}, {max_sessions}, {env_workers})"
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "DRIFTCALL_TOKEN": token})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
