@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cells.bench import serving as bench_server
 
 
@@ -26,6 +28,7 @@ def test_cpu_seconds_of_child_processes_are_counted_apart() -> None:
         child.wait()
 
 
+@pytest.mark.slow
 def test_small_bench_runs_every_layout_and_loses_no_session(capsys: object) -> None:
     results = bench_server.bench_server(stage=1, seconds=0.4, max_steps=400, concurrency=(1, 4), rounds=2,
                                         think_ms=5.0, env_workers=1)

@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "notebooks"))
 
 import build_notebook  # noqa: E402
+from finished_run import check_finished_smoke_run  # noqa: E402
 
 from cells.pipeline import STEPS  # noqa: E402
 
@@ -78,8 +79,9 @@ def _bars(cell):
 @pytest.mark.slow
 def test_whole_notebook_executes_on_cpu_smoke(tmp_path):
     """Every cell, one kernel (~1.5-2 min on 2 cores): no errors, every step's summary line, a progress
-    bar per training phase, the plots as images and the report rendered. One test, so that pytest-xdist
-    never runs the notebook twice."""
+    bar per training phase, the plots as images and the report rendered, and a finished run directory
+    (`finished_run.py`: the suite's one single-process run of the whole pipeline through the real TRL trainers).
+    One test, so that pytest-xdist never runs the notebook twice."""
     nb, run_dir = execute_notebook(tmp_path)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert errors == []
@@ -104,6 +106,8 @@ def test_whole_notebook_executes_on_cpu_smoke(tmp_path):
     assert shown == [(run_dir / "report.md").read_text(encoding="utf-8")]
     # the demo cell shows the live widget panel
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in cells[23].get("outputs", []))
+    # and the run directory holds what a finished cpu-smoke run must (the suite's single-process end-to-end run)
+    check_finished_smoke_run(run_dir)
 
 
 # ---------------------------------------------------------------------------------------------- setup cell

@@ -117,6 +117,7 @@ def test_env_voice_option_gives_the_agent_transcripts_and_keeps_what_was_said():
 
 
 @needs_voice
+@pytest.mark.slow
 def test_step_18_voice_evaluation_and_its_report_section():
     """`profile.voice_eval_per_cell` (cpu-voice): step 18 plays the scripted players both ways on the same cases;
     step 22 renders the rows. Measured (cpu-voice, 15 episodes): expert success 1.0 -> 0.27, the names it

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from finished_run import check_finished_smoke_run
 
 from cells.distributed import launch_command
 
@@ -78,6 +79,7 @@ def _pipeline(run_dir: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_pipeline_under_two_processes_writes_once_and_resumes(tmp_path):
     """`accelerate launch ... -m cells run`: both processes run steps 1-17, then leave the process group and
     the main one alone evaluates and reports (18-25); checkpoints, sidecars and metrics.csv are written once
@@ -96,6 +98,7 @@ def test_pipeline_under_two_processes_writes_once_and_resumes(tmp_path):
     final = training / "stage3" / f"checkpoint-{total}"
     assert (final / "driftcall_meta.json").is_file() and (final / "adapter_model.safetensors").is_file()
     assert sorted(p.name for p in final.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
+    check_finished_smoke_run(tmp_path)  # the CLI's whole pipeline, as `python -m cells run` leaves it
     stage2 = (training / "stage2" / f"checkpoint-{total - get_profile('cpu-smoke').steps_per_stage[2]}").stat()
 
     import shutil

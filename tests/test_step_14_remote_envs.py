@@ -89,6 +89,7 @@ def train_stage(env_factory, tmp_path: Path) -> list[str]:
     return played
 
 
+@pytest.mark.slow
 def test_a_grpo_stage_against_two_servers_plays_the_in_process_episodes(tmp_path):
     from cells.server.client import remote_env_factory
     from cells.step_10_env import make_env_factory
