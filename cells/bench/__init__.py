@@ -76,10 +76,10 @@ def write_docs(what: str, argv: list[str], printed: str, path: str = DOCS) -> st
 
 
 def main(argv: list[str]) -> int:
-    """`bench env [--episodes N]` | `bench policies [--seeds N]` (env_policies.py) | `bench drift` (drift_instances.py) |
-    `bench server [...]`
-    (server.py) | `bench train [--profile cpu-learn]` (train.py) | `bench scale [--processes 2]` (scale.py)
-    | `bench voice` (voice.py) | `bench copy [--profile cpu-learn]` (copy.py).
+    """`bench env [--episodes N]` | `bench policies [--seeds N]` (env_policies.py) | `bench drift`
+    (drift_instances.py) | `bench server [...]` (serving.py) | `bench train [--profile cpu-learn]`
+    (training_speed.py) | `bench scale [--processes 2]` (scale.py) | `bench voice` (voice.py) | `bench copy
+    [--profile cpu-learn]` (copy.py) | `bench trl [--run-dir R]` (stock_trl.py).
 
     Any of them with `--docs [FILE]` also writes what it printed into its block of `docs/benchmarks.md`."""
     import contextlib
