@@ -1,9 +1,6 @@
 """Shared pytest setup: CPU only, offline, no tokenizer thread storms on 2 cores."""
 
-import fcntl
 import os
-
-import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -22,15 +19,3 @@ def pytest_collection_modifyitems(items):
     starts them while both workers are free, instead of one worker starting a several-minute test when the other
     has nothing left to take."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
-@pytest.fixture(scope="module")
-def alone_with_the_pipeline(tmp_path_factory):
-    """Held by the tests that run the whole pipeline or launch gloo process groups (the notebook, the two-process
-    runs), across xdist workers: side by side, the gloo ranks and the notebook's kernel fought over two cores (the
-    notebook took 28.7 s alone and 399 s beside the two-process run, which took 358 s instead of 48 s). The lock
-    file sits in the run's shared temp root (every worker's basetemp is a folder inside it)."""
-    lock = tmp_path_factory.getbasetemp().parent / "whole_pipeline.lock"
-    with lock.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield

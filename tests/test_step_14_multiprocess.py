@@ -21,7 +21,10 @@ from finished_run import check_finished_smoke_run
 from cells.distributed import launch_command
 
 WORKER = Path(__file__).with_name("mp_grpo_worker.py")
-pytestmark = pytest.mark.xdist_group("multiprocess")  # one xdist worker builds the two runs both tests read
+# One xdist worker builds the two runs both first tests read, and runs the whole-pipeline tests (this module's and the
+# notebook's) one after another: side by side, the two-process run's gloo ranks and the notebook's kernel fought over
+# two cores (28 s and 48 s alone, 400 s and 360 s side by side).
+pytestmark = pytest.mark.xdist_group("pipelines")
 
 
 def _env() -> dict[str, str]:
@@ -39,7 +42,7 @@ def _run(cmd: list[str], out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, alone_with_the_pipeline):
+def runs(tmp_path_factory):
     cache = tmp_path_factory.mktemp("tiny")
     one, two = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
     single = _run(launch_command(1, str(WORKER), str(one), str(cache)), one)  # also builds the cached tiny model
@@ -80,7 +83,7 @@ def _pipeline(run_dir: Path, *args: str) -> str:
 
 
 @pytest.mark.slow
-def test_pipeline_under_two_processes_writes_once_and_resumes(tmp_path, alone_with_the_pipeline):
+def test_pipeline_under_two_processes_writes_once_and_resumes(tmp_path):
     """`accelerate launch ... -m cells run`: both processes run steps 1-17, then leave the process group and
     the main one alone evaluates and reports (18-25); checkpoints, sidecars and metrics.csv are written once
     (one row per optimiser step), the other process prints nothing, and a rerun after losing stage 3 resumes
