@@ -77,7 +77,7 @@ def _bars(cell):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("pipelines")  # never beside the two-process pipeline run (test_step_14_multiprocess.py)
+@pytest.mark.xdist_group("pipelines")  # meant to keep it from the two-process runs; see test_step_14_multiprocess.py
 def test_whole_notebook_executes_on_cpu_smoke(tmp_path):
     """Every cell, one kernel (~1.5-2 min on 2 cores): no errors, every step's summary line, a progress
     bar per training phase, the plots as images and the report rendered, and a finished run directory

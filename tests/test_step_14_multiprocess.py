@@ -21,9 +21,10 @@ from finished_run import check_finished_smoke_run
 from cells.distributed import launch_command
 
 WORKER = Path(__file__).with_name("mp_grpo_worker.py")
-# One xdist worker builds the two runs both first tests read, and runs the whole-pipeline tests (this module's and the
-# notebook's) one after another: side by side, the two-process run's gloo ranks and the notebook's kernel fought over
-# two cores (28 s and 48 s alone, 400 s and 360 s side by side).
+# One xdist worker builds the two runs both first tests read. The group is named as the notebook's test names its
+# own, but pytest-xdist 3.8's loadgroup did not keep the two modules on one worker (a synthetic pair of tests
+# showed it), so the notebook and the two-process runs may still meet: each took 28-48 s alone, 360-400 s side by
+# side.
 pytestmark = pytest.mark.xdist_group("pipelines")
 
 
