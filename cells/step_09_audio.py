@@ -158,8 +158,16 @@ class WhisperASR:
             from faster_whisper import WhisperModel
         except ImportError:
             raise VoiceUnavailableError("faster-whisper is not installed: pip install -r requirements-voice.txt") from None
+        import torch
+
+        # ctranslate2 and torch share one OpenMP runtime, and building the model sets that runtime's thread count for
+        # the whole process. Left at the core count it overrode OMP_NUM_THREADS for every later torch op: beside one
+        # other busy process, the cpu-smoke pipeline's small ops then waited on a second thread and its warm start ran
+        # 4-5x slower (`make test`). So the ASR takes torch's count by default, and torch keeps its own afterwards.
+        torch_threads = torch.get_num_threads()
         self.model = WhisperModel(str(model_dir or whisper_model_dir()), device="cpu", compute_type="int8",
-                                  cpu_threads=threads or (os.cpu_count() or 1))
+                                  cpu_threads=threads or torch_threads)
+        torch.set_num_threads(torch_threads)
 
     def transcribe(self, wav: bytes, language: str) -> str:
         _check_language(language)

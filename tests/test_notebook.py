@@ -77,9 +77,9 @@ def _bars(cell):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("pipelines")  # meant to keep it from the two-process runs; see test_step_14_multiprocess.py
+@pytest.mark.xdist_group("pipelines")  # never beside the two-process runs: see test_step_14_multiprocess.py
 def test_whole_notebook_executes_on_cpu_smoke(tmp_path):
-    """Every cell, one kernel (~1.5-2 min on 2 cores): no errors, every step's summary line, a progress
+    """Every cell, one kernel (about half a minute on 2 cores): no errors, every step's summary line, a progress
     bar per training phase, the plots as images and the report rendered, and a finished run directory
     (`finished_run.py`: the suite's one single-process run of the whole pipeline through the real TRL trainers).
     One test, so that pytest-xdist never runs the notebook twice."""

@@ -54,6 +54,22 @@ def test_whisper_cache_built_by_racing_builders_is_whole_and_left_clean(tmp_path
 
 
 @needs_whisper
+def test_building_whisper_leaves_torchs_thread_count_as_it_was():
+    """ctranslate2 shares torch's OpenMP runtime: before the fix, building the ASR left every later torch op on the
+    core count in a process told to use 1 thread (OMP_NUM_THREADS, as `make test` and `accelerate launch` set), and
+    the pipeline ran 4-5x slower beside another busy process. A fresh process, as the pipeline starts."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; from cells.step_09_audio import WhisperASR; WhisperASR(); a = torch.get_num_threads(); "
+            "WhisperASR(threads=2); print(a, torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         capture_output=True, text=True, timeout=300, check=True).stdout.split()
+    assert out == ["1", "1"]
+
+
+@needs_whisper
 def test_a_broken_whisper_cache_is_named_with_the_fix(tmp_path):
     (tmp_path / "whisper-base").mkdir()
     (tmp_path / "whisper-base" / "config.json").write_text("{}")

@@ -21,10 +21,8 @@ from finished_run import check_finished_smoke_run
 from cells.distributed import launch_command
 
 WORKER = Path(__file__).with_name("mp_grpo_worker.py")
-# One xdist worker builds the two runs both first tests read. The group is named as the notebook's test names its
-# own, but pytest-xdist 3.8's loadgroup did not keep the two modules on one worker (a synthetic pair of tests
-# showed it), so the notebook and the two-process runs may still meet: each took 28-48 s alone, 360-400 s side by
-# side.
+# One xdist worker runs this module and the notebook's test, one after the other (`--dist loadgroup`): side by side
+# on 2 cores the gloo ranks and the notebook's kernel fought (28-48 s each alone, 285-300 s each side by side).
 pytestmark = pytest.mark.xdist_group("pipelines")
 
 
