@@ -156,6 +156,20 @@ def test_a_bench_with_docs_writes_its_printed_summary_into_its_block(tmp_path, c
     assert "456" in docs.read_text() and "123" not in docs.read_text()  # the block is replaced, not appended
 
 
+def test_a_bench_that_misses_a_target_still_writes_its_block_with_the_failure(tmp_path, capsys, monkeypatch):
+    """A stale block would go on showing an older commit's PASS; the exit code still says it failed."""
+    from cells import bench
+
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n")
+    monkeypatch.setattr(bench, "_run", lambda argv, **_: print("  PASS  old") or 0)
+    bench.main(["server", "--docs", str(docs)])
+    monkeypatch.setattr(bench, "_run", lambda argv, **_: print("  FAIL  driftcall+workers: steps/s") or 1)
+    assert bench.main(["server", "--docs", str(docs)]) == 1
+    assert "FAIL  driftcall+workers" in docs.read_text() and "PASS  old" not in docs.read_text()
+    assert "exit code 1: its block shows what failed" in capsys.readouterr().out
+
+
 def test_a_missing_block_is_named_with_the_markers_to_add():
     from cells.evaluation import docblocks
 

@@ -7,11 +7,12 @@ frozen after start-up, as `serve` does), driven by the same client in this proce
 arrival-driven protocol per session on websockets' sans-I/O framing; a step's latency is from its
 request's send to its reply's arrival here, before the client parses it):
 - `driftcall`: the real server (`cells.server.app.build_app`: Guard, auth, limits, 64-session cap),
-  envs on the event loop (the default layout); clients replay expert episodes recorded in process
+  envs on the event loop (`serve --env-workers 0`, the default on one core); clients replay expert episodes recorded in process
   beforehand (so the client costs what a trivial client costs) and check every episode ends with the
   recorded reward.
 - `driftcall+workers`: the same server with the sessions' envs in `--env-workers` worker processes
-  (`python -m cells serve --env-workers N`); its CPU figure counts the workers too.
+  (`python -m cells serve --env-workers N`; one worker is `serve`'s default on 2+ cores); its CPU figure counts
+  the workers too.
 - `floor`: a trivial counter env served by the same OpenEnv `create_app`, nothing added: the ceiling
   any OpenEnv env reaches on this machine.
 - `floor+guard`: the counter behind our Guard (auth, limits): what the Guard itself costs.
