@@ -7,9 +7,9 @@ frozen after start-up, as `serve` does), driven by the same client in this proce
 arrival-driven protocol per session on websockets' sans-I/O framing; a step's latency is from its
 request's send to its reply's arrival here, before the client parses it):
 - `driftcall`: the real server (`cells.server.app.build_app`: Guard, auth, limits, 64-session cap),
-  envs on the event loop (`serve --env-workers 0`, the default on one core); clients replay expert episodes recorded in process
-  beforehand (so the client costs what a trivial client costs) and check every episode ends with the
-  recorded reward.
+  envs on the event loop (`serve --env-workers 0`, the default on one core); clients replay expert
+  episodes recorded in process beforehand (so the client costs what a trivial client costs) and check
+  every episode ends with the recorded reward.
 - `driftcall+workers`: the same server with the sessions' envs in `--env-workers` worker processes
   (`python -m cells serve --env-workers N`; one worker is `serve`'s default on 2+ cores); its CPU figure counts
   the workers too.
