@@ -21,8 +21,10 @@ from finished_run import check_finished_smoke_run
 from cells.distributed import launch_command
 
 WORKER = Path(__file__).with_name("mp_grpo_worker.py")
-# One xdist worker runs this module and the notebook's test, one after the other (`--dist loadgroup`): side by side
-# on 2 cores the gloo ranks and the notebook's kernel fought (28-48 s each alone, 285-300 s each side by side).
+# One xdist worker runs this module and the notebook's test, one after the other (`--dist loadgroup`): the module's
+# tests share the two runs its fixture builds, and the two-process runs and the notebook's kernel are each a whole
+# pipeline, three busy processes on 2 cores if side by side. (Their 285-300 s side by side, against 28-48 s alone,
+# was step 9 changing torch's thread count, since fixed: docs/experiments/2026-12-06-test-time.md.)
 pytestmark = pytest.mark.xdist_group("pipelines")
 
 

@@ -128,7 +128,7 @@ def _run(argv: list[str], judge_doc: str | None = None) -> int:
     rows = play_table(args.seeds)
     ok = print_policies(rows)
     print(f"\n{len(rows)} episodes in {time.perf_counter() - t0:.1f}s")
-    if ok and judge_doc is not None:
+    if ok and judge_doc is not None:  # unlike the benchmarks block, this table carries no FAIL lines to show
         from cells.bench.env_policies import write_exploit_table
 
         print(f"[bench] wrote {write_exploit_table(rows, ' '.join(['python -m cells bench', *argv]), judge_doc)}")
