@@ -90,7 +90,9 @@ class DriftCallObservationModel(Observation):
     now: str | None = Field(default=None, description="the caller's local time, ISO 8601 IST (turn 0 only)")
     user_message: dict[str, Any] | None = Field(default=None, description="latest simulated-user message")
     last_result: dict[str, Any] | None = Field(default=None, description="the ToolResult this turn produced")
-    available_tools: list[dict[str, Any]] = Field(default_factory=list, description="tool docs as at reset")
+    available_tools: list[dict[str, Any]] | None = Field(
+        default=None, description="tool docs as at reset, on reset's observation only: they never change within an "
+                                  "episode (drift shows in the API's behaviour, not its docs); null on every step")
     parse_error: str | None = Field(default=None, description="why the last raw output did not parse")
 
 
@@ -116,22 +118,26 @@ def to_core_action(model: DriftCallActionModel) -> DriftCallAction:
         raise InvalidActionError(str(exc)) from exc
 
 
-def observation_fields(obs: DriftCallObservation, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def observation_fields(obs: DriftCallObservation, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     """Every field of `DriftCallObservationModel` for a core observation, as plain JSON values (what an env
-    worker sends; the server builds the model from them). `tools` is the already-encoded
-    `obs.available_tools` (a serving env encodes the episode's constant tool docs once, not on every step)."""
+    worker sends; the server builds the model from them). `tools`: the encoded `obs.available_tools` on reset's
+    observation, None on a step's (the docs are the episode's constants: sent once, not on every step)."""
     return {
         "turn": obs.turn, "budget_remaining": obs.budget_remaining, "goal_utterance": obs.goal_utterance,
         "now": obs.now, "user_message": None if obs.user_message is None else obs.user_message.to_dict(),
         "last_result": None if obs.last_result is None else obs.last_result.to_dict(),
-        "available_tools": [t.to_dict() for t in obs.available_tools] if tools is None else tools,
-        "parse_error": obs.parse_error, "done": obs.done, "reward": obs.reward, "metadata": {},
+        "available_tools": tools, "parse_error": obs.parse_error, "done": obs.done, "reward": obs.reward,
+        "metadata": {},
     }
 
 
-def from_observation_payload(payload: dict[str, Any]) -> DriftCallObservation:
-    """The core observation back from OpenEnv's wire form `{"observation": {...}, "done", "reward"}`."""
+def from_observation_payload(payload: dict[str, Any], tools: list[dict[str, Any]] | None = None
+                             ) -> DriftCallObservation:
+    """The core observation back from OpenEnv's wire form `{"observation": {...}, "done", "reward"}`. A step's
+    observation carries no tool docs: `tools` are those of the episode's reset observation (as sent)."""
     fields = {k: v for k, v in payload["observation"].items() if k != "metadata"}
+    if fields.get("available_tools") is None:
+        fields["available_tools"] = tools or []
     return DriftCallObservation.from_dict({**fields, "done": payload["done"], "reward": payload["reward"]})
 
 
@@ -168,7 +174,7 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
     def reset_fields(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> dict[str, Any]:
         """`reset`'s observation as `observation_fields` (an env worker sends these, not the model)."""
         check_reset_args(seed, episode_id, kwargs)
-        return self._wire(self.core.reset(seed=seed, episode_id=episode_id))
+        return self._wire(self.core.reset(seed=seed, episode_id=episode_id), reset=True)
 
     def step_fields(self, action: DriftCallActionModel) -> dict[str, Any]:
         """`step`'s observation as `observation_fields`."""
@@ -177,14 +183,21 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
             live = self.core.state
             return observation_fields(DriftCallObservation(
                 turn=live.turn, budget_remaining=live.max_turns - live.turn, done=True,
-                reward=self.core.rewards().reward))
+                reward=self.core.rewards().reward), None)
         if action.text is not None:
-            return self._wire(self.core.step_text(action.text))
+            return self.step_text_fields(action.text)
         return self._wire(self.core.step(to_core_action(action)))
 
-    def _wire(self, obs: DriftCallObservation) -> dict[str, Any]:
-        docs = obs.available_tools
-        if self._tools is None or self._tools[0] is not docs:  # a new episode's docs: encode once
+    def step_text_fields(self, text: str) -> dict[str, Any]:
+        """`step_fields` for a raw model output (`DriftCallActionModel(text=...)`, the common action): what an env
+        worker runs for it, with no action model built."""
+        return self._wire(self.core.step_text(text))
+
+    def _wire(self, obs: DriftCallObservation, reset: bool = False) -> dict[str, Any]:
+        if not reset:
+            return observation_fields(obs, None)
+        docs = obs.available_tools  # one object per domain (`reset_tool_docs`): encoded once per env and domain
+        if self._tools is None or self._tools[0] is not docs:
             self._tools = (docs, [t.to_dict() for t in docs])
         return observation_fields(obs, self._tools[1])
 

@@ -164,6 +164,21 @@ class ToolResult(JsonModel):
         if not (self.status is ToolStatus.OK or "error_code" in self.response):  # the message only when it fails
             raise ModelValidationError("ToolResult", "response", f"a {self.status.value} result must carry an error_code")
 
+    @classmethod
+    def from_vendor(cls, tool_name: str, status: ToolStatus, response: dict[str, Any], schema_version: int | None,
+                    latency_ms: int, turn: int) -> ToolResult:
+        """A result the vendors' dispatch built: its response is plain JSON by construction (the vendor modules and
+        the drift mechanisms build it from JSON values; `tests/test_step_05_vendors.py` checks every result of many
+        played episodes), so the constructor's JSON walk of the whole response, a listing on every search, is
+        skipped. The status rules still hold."""
+        if not (status is ToolStatus.OK or "error_code" in response):
+            raise ModelValidationError("ToolResult", "response", f"a {status.value} result must carry an error_code")
+        result = object.__new__(cls)
+        for name, value in (("tool_name", tool_name), ("status", status), ("response", response),
+                            ("schema_version", schema_version), ("latency_ms", latency_ms), ("turn", turn)):
+            object.__setattr__(result, name, value)
+        return result
+
     @property
     def ok(self) -> bool:
         return self.status is ToolStatus.OK

@@ -229,6 +229,8 @@ def test_raw_frames_play_a_full_episode_and_agents_never_see_the_judge_view(url:
     assert state["type"] == "state" and state["data"]["judge"] is None and state["data"]["done"] is True
     agent_keys = set().union(*(f["data"]["observation"] for f in frames)) | set(state["data"])
     assert not agent_keys & {"schedule", "fired", "drifts", "goal", "user", "rewards", "episode"}
+    docs = [f["data"]["observation"]["available_tools"] for f in frames]
+    assert docs[0] and all(d is None for d in docs[1:])  # the tool docs as at reset, sent with reset's frame only
     reset_text = json.dumps(frames[0], ensure_ascii=False)
     assert episode.goal.user.mfa_code not in reset_text  # hidden facts: only told when asked
     with ws(url, JUDGE_H) as conn:  # the judge token sees it all

@@ -416,3 +416,23 @@ def test_non_latin_city_ids_resolve_and_track_progresses():
 def test_small_budget_slack_still_absorbs_fee_drifts():
     assert cab.slack_inr(300) >= 180 + 50 and restaurant.slack_inr(450) >= 149 + 50
     assert cab.slack_inr(5000) == 700 == restaurant.slack_inr(5000)
+
+
+@pytest.mark.parametrize("stage", (1, 2, 3))
+def test_every_result_of_played_episodes_is_plain_json(stage):
+    """`ToolResult.from_vendor` skips the constructor's JSON walk of the response: what dispatch returns must be
+    plain JSON by construction. Played here over both drift sources' patterns and families, by players that
+    succeed, fail honestly and call tools at random (error responses included)."""
+    from cells.agent.play import play_many
+    from cells.agent.policies import ExpertPolicy, NaivePolicy, RandomPolicy
+    from cells.codec import require_json_mapping
+    from cells.step_10_env import make_env_factory
+
+    results = []
+    for policy in (ExpertPolicy, NaivePolicy, RandomPolicy):
+        for played in play_many(make_env_factory(stage, drift_source="both"), policy, range(100)):
+            results += played.episode.results
+    assert len({r.status for r in results}) >= 3  # successes and several kinds of error walked
+    for result in results:
+        require_json_mapping(result.response, "ToolResult", "response")  # raises on anything but plain JSON
+        assert ToolResult.from_json(result.to_json()) == result

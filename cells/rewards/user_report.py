@@ -64,8 +64,8 @@ def _goal_counts(episode: Episode) -> frozenset[int]:
 
 
 class _Shown:
-    """Amounts and references the episode had shown the agent before a turn. Bookings (their charge and ids) and
-    the user's words are folded as turns advance; tool results, listings included, only when a figure is not
+    """Amounts and references the episode had shown the agent before a turn. Bookings (their charge and ids) are
+    folded as turns advance; the user's words, then tool results, listings included, only when a figure is not
     founded without them (most reports state the booking's own total and reference)."""
 
     def __init__(self, episode: Episode) -> None:
@@ -75,26 +75,29 @@ class _Shown:
         self.written: set[Amount] = set()
         self.references: set[str] = set()
         self.counts = _goal_counts(episode)
-        self._cheap: list[tuple[int, UserMessage | Booking]] = sorted(
-            [*((m.turn, m) for m in episode.user_messages if m.kind != "format_hint"),
-             *((b.turn, b) for b in episode.bookings)], key=lambda e: e[0])
+        self._bookings = sorted(episode.bookings, key=lambda b: b.turn)
+        self._said: list[UserMessage] = sorted((m for m in episode.user_messages if m.kind != "format_hint"),
+                                               key=lambda m: m.turn)
         self._results = sorted(episode.results, key=lambda r: r.turn)
-        self._cheap_next = self._results_next = 0
+        self._bookings_next = self._said_next = self._results_next = 0
         self._turn = 0
 
     def before(self, turn: int) -> _Shown:
-        """Fold what was shown before `turn` (turns never go back)."""
+        """Fold the bookings committed before `turn` (turns never go back); what the user said and what results
+        showed are folded only when a figure needs them (`founded`, `issued`)."""
         self._turn = turn
-        while self._cheap_next < len(self._cheap) and self._cheap[self._cheap_next][0] < turn:
-            item = self._cheap[self._cheap_next][1]
-            if isinstance(item, UserMessage):
-                self.amounts.update(amounts_in(item.text))
-            else:  # a committed booking: its charge and references (its write result shows them too)
-                self.amounts.add(item.total_inr)
-                self.written.add(item.total_inr)
-                self.references.update(ref.casefold() for ref in (item.booking_id, item.payment_id) if ref)
-            self._cheap_next += 1
+        while self._bookings_next < len(self._bookings) and self._bookings[self._bookings_next].turn < turn:
+            booking = self._bookings[self._bookings_next]  # its charge and references (its write result shows them)
+            self.amounts.add(booking.total_inr)
+            self.written.add(booking.total_inr)
+            self.references.update(ref.casefold() for ref in (booking.booking_id, booking.payment_id) if ref)
+            self._bookings_next += 1
         return self
+
+    def _fold_said(self) -> None:
+        while self._said_next < len(self._said) and self._said[self._said_next].turn < self._turn:
+            self.amounts.update(amounts_in(self._said[self._said_next].text))
+            self._said_next += 1
 
     def _fold_results(self) -> None:
         while self._results_next < len(self._results) and self._results[self._results_next].turn < self._turn:
@@ -128,7 +131,9 @@ class _Shown:
     def founded(self, amount: Amount) -> bool:
         """Shown, a shown figure times a goal count, or either plus or minus a rupee amount a write returned."""
         if not self._derivable(amount):
-            self._fold_results()
+            self._fold_said()
+            if not self._derivable(amount):
+                self._fold_results()
         return self._derivable(amount)
 
     def _derivable(self, amount: Amount) -> bool:

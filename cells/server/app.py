@@ -79,7 +79,7 @@ def worker_env_cls() -> type:
         env_metadata,
         to_core_action,
     )
-    from cells.server.workers import SAME_TOOLS, EnvWorkerPool
+    from cells.server.workers import TEXT_STEP, EnvWorkerPool
 
     class WorkerEnv(Environment):
         SUPPORTS_CONCURRENT_SESSIONS = True
@@ -88,7 +88,6 @@ def worker_env_cls() -> type:
             super().__init__()
             self.pool = pool
             self.worker, self.key = pool.open_session()
-            self.tools: list[dict[str, Any]] = []
             self.live: tuple[str | None, int, bool] = (None, 0, False)  # episode id, turns used, done
             self.judge = JudgeViewMirror()  # filled by judge sessions' replies
             self.closed = False
@@ -103,19 +102,17 @@ def worker_env_cls() -> type:
         async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
             if action.action_type is not None:  # a structured action; text is parsed by the env, in the worker
                 to_core_action(action)
+            elif action.text is not None:  # raw model output, the common step: only the text crosses
+                return self._observe(await self._call(TEXT_STEP, action.text))
             return self._observe(await self._call("step", dict(action.__dict__)))
 
-        async def _call(self, op: str, payload: dict[str, Any]) -> Any:
+        async def _call(self, op: str, payload: Any) -> Any:
             return await self.pool.call(self.worker, self.key, op, payload, JUDGE_VIEW.get(), REQUEST_ID.get())
 
         def _observe(self, reply: Any) -> Any:
             fields, episode_id, turns, done, change = reply
             if change is not None:
                 self.judge.apply(change)
-            if fields["available_tools"] == SAME_TOOLS:
-                fields["available_tools"] = self.tools
-            else:
-                self.tools = fields["available_tools"]
             self.live = (episode_id, turns, done)
             return DriftCallObservationModel.model_construct(**fields)
 

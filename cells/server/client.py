@@ -88,6 +88,7 @@ class RemoteDriftCallEnv:
         self.is_judge = judge_token is not None
         self.wait_for_session_s = wait_for_session_s
         self._obs: DriftCallObservation | None = None
+        self._tools: list[dict[str, Any]] = []  # the running episode's tool docs: sent with reset's observation only
         self._judged: tuple[Episode, Rewards] | None = None
 
     def reset(self, seed: int | None = None, episode_id: str | None = None) -> DriftCallObservation:
@@ -151,7 +152,9 @@ class RemoteDriftCallEnv:
     def _take(self, result: StepResult[DriftCallObservationModel]) -> DriftCallObservation:
         obs = result.observation
         payload = {"observation": obs.model_dump(exclude={"done", "reward"}), "done": obs.done, "reward": obs.reward}
-        self._obs = from_observation_payload(payload)
+        if obs.available_tools is not None:
+            self._tools = obs.available_tools
+        self._obs = from_observation_payload(payload, self._tools)
         return self._obs
 
     def _judge_view(self) -> tuple[Episode, Rewards]:

@@ -24,12 +24,15 @@ def served_env_cls() -> type:
         """DriftCallOpenEnv as served: an unexpected exception (a bug) is logged with its traceback and
         reaches the client as `internal error (ref ...)`, never as its text; usage errors pass through."""
 
-        # reset/step (in the serving loop) and an env worker's calls all go through these two
+        # reset/step (in the serving loop) and an env worker's calls all go through these three
         def reset_fields(self, *args: Any, **kwargs: Any) -> Any:
             return self._guarded(super().reset_fields, *args, **kwargs)
 
         def step_fields(self, *args: Any, **kwargs: Any) -> Any:
             return self._guarded(super().step_fields, *args, **kwargs)
+
+        def step_text_fields(self, *args: Any, **kwargs: Any) -> Any:
+            return self._guarded(super().step_text_fields, *args, **kwargs)
 
         # Defining the async variants makes OpenEnv call them on the event loop instead of handing each
         # step to the session's worker thread: a step is ~0.5 ms of pure Python under the GIL, so the

@@ -12,7 +12,9 @@ How: each `WorkerEnv` (one per session, made by OpenEnv's factory, in any thread
 least-loaded worker; the worker holds the real `ServedEnv` for that key, so what runs, what is
 validated and what a session sees are the in-loop server's, byte for byte. `WorkerEnv` runs the env's
 own argument checks before a call is pickled, so the two layouts refuse alike and every call sent
-pickles; each call carries the session's request id, the reference a bug's log line and error give. Calls travel as
+pickles; each call carries the session's request id, the reference a bug's log line and error give. A step whose
+action is raw model output sends its text alone (`TEXT_STEP`), and a reply carries the observation's fields (the
+tool docs with reset's only, as on the wire: cells/openenv_env.py). Calls travel as
 length-prefixed pickles over a socketpair between the server and the children it started (never a
 network socket): an asyncio protocol on the server side (calls made in one loop turn go out in one
 write, which never blocks the loop), blocking I/O in the worker, which answers each call as soon as it
@@ -46,8 +48,8 @@ from cells.errors import DriftCallError
 
 log = logging.getLogger("driftcall.server")
 _LEN = struct.Struct("!I")
-SAME_TOOLS = "same"  # marker in a reply: the session's tool docs are those of its last reply
 _CLOSE = "close"
+TEXT_STEP = "text"  # a step whose action is only `text` (validated by OpenEnv's schema on the server side)
 _READY = (0, True, "ready")  # a worker's first frame; call ids start at 1, so the server's reader skips it
 MIN_LIFE_TO_REPLACE_S = 5.0  # a worker that dies sooner is crashing at start-up: replacing it would loop
 
@@ -103,13 +105,11 @@ class _WorkerSessions:
         self.served, self.stage, self.action_cls, self.feed_cls = served, stage, DriftCallActionModel, JudgeViewFeed
         self.request_id = REQUEST_ID  # set around each call: a bug's log line and reference carry the session's id
         self.envs: dict[int, Any] = {}
-        self.tools_sent: dict[int, Any] = {}
         self.feeds: dict[int, Any] = {}  # judge sessions' `JudgeViewFeed`s
 
     def answer(self, call_id: int, key: int, op: str, payload: Any, judge: bool, request_id: str) -> Any:
         if op == _CLOSE:
             env = self.envs.pop(key, None)
-            self.tools_sent.pop(key, None)
             self.feeds.pop(key, None)
             if env is not None:
                 env.close()
@@ -121,14 +121,12 @@ class _WorkerSessions:
         try:
             # the observation's fields and the state's parts, never their pydantic models: the server
             # builds those, and building them here too cost ~10% of a worker's time per step
-            if op == "reset":
+            if op == TEXT_STEP:  # a raw model output, the common step: the text alone crosses, no action model
+                fields = env.step_text_fields(payload)
+            elif op == "reset":
                 fields = env.reset_fields(**payload)
             else:  # "step": validated on the server side (OpenEnv's schema, then the env's checks in WorkerEnv)
                 fields = env.step_fields(self.action_cls.model_construct(**payload))
-            if fields["available_tools"] is self.tools_sent.get(key):
-                fields["available_tools"] = SAME_TOOLS
-            else:
-                self.tools_sent[key] = fields["available_tools"]
             episode_id, turns, done = env.progress()
             change = self._feed(key).change(env.core, reset=op == "reset") if judge else None
             return call_id, True, (fields, episode_id, turns, done, change)
@@ -272,7 +270,7 @@ class EnvWorkerPool:
             self._loop.call_soon_threadsafe(self._write, worker, _frame((0, key, _CLOSE, None, False, "")))
 
     # calls -----------------------------------------------------------------------------------------
-    async def call(self, worker: _Worker, key: int, op: str, payload: dict[str, Any], judge: bool,
+    async def call(self, worker: _Worker, key: int, op: str, payload: Any, judge: bool,
                    request_id: str) -> Any:
         if worker.link is None:
             await self._bind(worker)

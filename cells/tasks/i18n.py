@@ -231,18 +231,21 @@ def _marked(text: str, start: int, end: int) -> bool:
     must be a word of its own ("prs 300" is no price); a symbol (₹, /-) may touch anything."""
     stop = start - 1 if start and text[start - 1] == " " else start
     before = text[max(0, stop - _BEFORE_REACH):stop].casefold()
-    for marker in CURRENCY_BEFORE:
-        if before.endswith(marker):
-            at = stop - len(marker)  # where the marker starts in `text`
-            if not marker[0].isalpha() or at == 0 or not text[at - 1].isalpha():
-                return True
+    # the tuple forms test every marker in one C call: most digit runs (dates, times, ids) have none
+    if before.endswith(CURRENCY_BEFORE):
+        for marker in CURRENCY_BEFORE:
+            if before.endswith(marker):
+                at = stop - len(marker)  # where the marker starts in `text`
+                if not marker[0].isalpha() or at == 0 or not text[at - 1].isalpha():
+                    return True
     after = text[end:end + _AFTER_REACH].casefold()
     after = after[1:] if after.startswith(" ") else after  # one space between number and marker
-    for marker in CURRENCY_AFTER:
-        if after.startswith(marker):
-            rest = after[len(marker):]
-            if not marker[-1].isalpha() or not rest or not rest[0].isalpha():
-                return True
+    if after.startswith(CURRENCY_AFTER):
+        for marker in CURRENCY_AFTER:
+            if after.startswith(marker):
+                rest = after[len(marker):]
+                if not marker[-1].isalpha() or not rest or not rest[0].isalpha():
+                    return True
     return False
 
 

@@ -43,7 +43,7 @@ def _result(world: World, tool_name: str, status: ToolStatus, response: dict[str
             turn: int, latency_ms: int) -> ToolResult:
     domain = tool_name.split(".")[0]
     version = world.schema_versions.get(domain, 0)
-    return ToolResult(tool_name, status, response, version, latency_ms, turn)
+    return ToolResult.from_vendor(tool_name, status, response, version, latency_ms, turn)
 
 
 def _error(world: World, tool_name: str, err: VendorError, turn: int, latency_ms: int = 20) -> ToolResult:
