@@ -95,6 +95,19 @@ class JsonModel:
             names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
         return {name: _encode(getattr(self, name)) for name in names}
 
+    def to_dict_sharing(self) -> dict[str, Any]:
+        """`to_dict()` with the fields' containers shared, not copied: for a model whose containers hold plain JSON
+        already (a vendor result's response), read by a caller that serialises it at once and never mutates it."""
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        out = {}
+        for name in names:
+            value = getattr(self, name)
+            out[name] = value if type(value) in _JSON_SCALARS or type(value) is dict or type(value) is list \
+                else _encode(value)
+        return out
+
     def to_dict_of(self, names: Iterable[str]) -> dict[str, Any]:
         """`to_dict()`'s entries for `names` only, encoding nothing else."""
         return {name: _encode(getattr(self, name)) for name in names}

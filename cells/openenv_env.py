@@ -118,14 +118,17 @@ def to_core_action(model: DriftCallActionModel) -> DriftCallAction:
         raise InvalidActionError(str(exc)) from exc
 
 
-def observation_fields(obs: DriftCallObservation, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+def observation_fields(obs: DriftCallObservation, tools: list[dict[str, Any]] | None, share: bool = False
+                       ) -> dict[str, Any]:
     """Every field of `DriftCallObservationModel` for a core observation, as plain JSON values (what an env
     worker sends; the server builds the model from them). `tools`: the encoded `obs.available_tools` on reset's
-    observation, None on a step's (the docs are the episode's constants: sent once, not on every step)."""
+    observation, None on a step's (the docs are the episode's constants: sent once, not on every step). `share`:
+    the last result's response is the episode's own object, not a copy (for a caller that serialises at once)."""
+    result = obs.last_result
     return {
         "turn": obs.turn, "budget_remaining": obs.budget_remaining, "goal_utterance": obs.goal_utterance,
         "now": obs.now, "user_message": None if obs.user_message is None else obs.user_message.to_dict(),
-        "last_result": None if obs.last_result is None else obs.last_result.to_dict(),
+        "last_result": None if result is None else result.to_dict_sharing() if share else result.to_dict(),
         "available_tools": tools, "parse_error": obs.parse_error, "done": obs.done, "reward": obs.reward,
         "metadata": {},
     }
@@ -157,6 +160,9 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
     """`DriftCallEnv` behind the OpenEnv `Environment` API; one instance per session."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # no shared mutable state between instances
+    # Whether an observation's last result shares the episode's response object (`observation_fields`): only
+    # where each observation is serialised at once and then dropped (the server: cells/server/served.py)
+    SHARES_RESULTS = False
 
     def __init__(self, stage: int = 1, language_weights: dict[str, float] | None = None, **kwargs: Any) -> None:
         super().__init__()
@@ -195,11 +201,11 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
 
     def _wire(self, obs: DriftCallObservation, reset: bool = False) -> dict[str, Any]:
         if not reset:
-            return observation_fields(obs, None)
+            return observation_fields(obs, None, self.SHARES_RESULTS)
         docs = obs.available_tools  # one object per domain (`reset_tool_docs`): encoded once per env and domain
         if self._tools is None or self._tools[0] is not docs:
             self._tools = (docs, [t.to_dict() for t in docs])
-        return observation_fields(obs, self._tools[1])
+        return observation_fields(obs, self._tools[1], self.SHARES_RESULTS)
 
     @property
     def state(self) -> DriftCallStateModel:

@@ -141,3 +141,25 @@ def test_the_judge_views_changes_rebuild_it_exactly_after_every_call() -> None:
     assert "rewards" in mirror.view() and mirror.view()["state"]["done"] is True and drifted >= 1
     mid_episode = [sent / whole for sent, whole in sizes[1:-1]]
     assert sum(mid_episode) / len(mid_episode) < 0.5  # changes, not the whole view again
+
+
+@pytest.mark.parametrize("stage", (1, 2, 3))
+def test_the_served_env_sharing_results_sends_what_a_copying_env_sends(stage: int) -> None:
+    """`ServedEnv` puts the episode's own response objects in its observations (`SHARES_RESULTS`); serialised they
+    equal the copies `DriftCallOpenEnv` makes, and the episode's record is the same."""
+    from cells.agent.play import _play
+    from cells.agent.policies import ExpertPolicy
+    from cells.server.served import served_env_cls
+    from cells.step_10_env import DriftCallEnv
+
+    for seed in (2, 5, 8):
+        texts = _play(DriftCallEnv(stage), ExpertPolicy(), seed).transcript
+        copying, sharing = DriftCallOpenEnv(stage=stage), served_env_cls()(stage)
+        assert sharing.SHARES_RESULTS and not copying.SHARES_RESULTS
+        pairs = [(copying.reset(seed=seed), sharing.reset(seed=seed))]
+        pairs += [(copying.step(DriftCallActionModel(text=t)), sharing.step(DriftCallActionModel(text=t)))
+                  for t in texts]
+        assert any(c.last_result for c, _ in pairs)
+        for copied, shared in pairs:
+            assert shared.model_dump_json() == copied.model_dump_json()
+        assert sharing.core.episode().to_json() == copying.core.episode().to_json()

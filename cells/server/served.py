@@ -24,6 +24,8 @@ def served_env_cls() -> type:
         """DriftCallOpenEnv as served: an unexpected exception (a bug) is logged with its traceback and
         reaches the client as `internal error (ref ...)`, never as its text; usage errors pass through."""
 
+        SHARES_RESULTS = True  # every observation is serialised at once (OpenEnv's frame, or a worker's pickle)
+
         # reset/step (in the serving loop) and an env worker's calls all go through these three
         def reset_fields(self, *args: Any, **kwargs: Any) -> Any:
             return self._guarded(super().reset_fields, *args, **kwargs)
