@@ -357,3 +357,26 @@ def test_splits_plays_the_raft_control_beside_the_others_when_it_exists(tmp_path
     base.save_pretrained(run / "training" / "raft_control" / "model")
     assert set(splits.run_models(run)[1]) == {"warm_start", "trained", "raft_control"}
     assert splits.MODEL_WORDS["raft_control"] == "RAFT control"
+
+
+def test_diagnose_reach_plays_a_control_on_the_same_development_cases(tmp_path):
+    """`diagnose --reach --control raft`: the run's RAFT control plays the development cases the trained model and
+    the warm start play (the recipe is compared with its controls there, not on held-out seeds)."""
+    import shutil
+
+    from cells.commands.diagnose import DiagnoseError, diagnose_reach, main
+
+    run, _ = _finished_run(tmp_path)
+    with pytest.raises(DiagnoseError, match="control --raft --run-dir"):
+        diagnose_reach(run, "latin", episodes=1, samples=1, control="raft_control")
+    shutil.copytree(run / "training" / "warm_start" / "model", run / "training" / "raft_control" / "model")
+    raft = diagnose_reach(run, "latin", episodes=2, samples=1, control="raft_control")
+    warm = diagnose_reach(run, "latin", episodes=2, samples=1, warm_start=True)
+    assert raft["model"] == "raft_control" and warm["model"] == "warm start"
+    for which in ("demonstrated", "reinforced", "unseen"):  # the same weights on the same cases: the same greedy play
+        assert raft[which]["cases"] == 2 and raft[which]["greedy_success"] == warm[which]["greedy_success"]
+    assert json.loads((run / "diagnose_reach_raft_control.json").read_text(encoding="utf-8")) == raft
+    with pytest.raises(DiagnoseError, match="control --run-dir"):
+        diagnose_reach(run, "latin", episodes=1, samples=1, control="sft_control")
+    with pytest.raises(SystemExit):
+        main(["--run-dir", str(run), "--reach", "--control", "raft", "--warm-start"])

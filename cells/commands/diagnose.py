@@ -44,14 +44,16 @@ RAFT's seconds per episode when its control ran; per drift pattern (the stages' 
 sampled a success and what advantage successes and failures got. Writes `diagnose_signal.md`; `--docs` also its
 block in docs/results.md. Seconds: it reads files only.
 
-`--reach [--split latin] [--episodes 60] [--samples G] [--warm-start]`: how much of a drift split's withheld sets
+`--reach [--split latin] [--episodes 60] [--samples G] [--warm-start | --control sft|raft]`: how much of a drift split's withheld sets
 sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on `--episodes` development cases of each of
 the split's reinforced and unseen sets, and of its demonstrated set for comparison (`split_cases` from
 `REACH_CASES_FROM` of the probe range), greedy success, mean sampled success and pass@G at the profile's GRPO
 temperature (G: `--samples`, default the profile's `num_generations`), in all and per pattern of each set (a set's
 few patterns can range from reachable to never solved). The split defaults to the run's `drift_split`.
 `--pattern P` plays only cases whose schedule holds pattern P (a rare one is missed by a small plan). Writes
-`diagnose_reach.json` (or `diagnose_reach_warm_start.json`; `_t<T>` with `--temperature`, `_<P>` with `--pattern`).
+`diagnose_reach.json` (or `diagnose_reach_warm_start.json`, `diagnose_reach_raft_control.json`, ...; `_t<T>` with
+`--temperature`, `_<P>` with `--pattern`). With `--control`, the run's SFT-only or RAFT control plays: a recipe
+change to GRPO is compared with the controls on the same development cases, never on the held-out ones.
 """
 
 from __future__ import annotations
@@ -437,13 +439,36 @@ def diagnose_development(run_dir: Path, episodes: int = 300, warm_start: bool = 
     return summary
 
 
-def model_to_play(run_dir: Path, warm_start: bool) -> tuple[Any, Any, Any]:
-    """`(profile, model, tokenizer)`: the run's saved warm start, or its exported trained model."""
+CONTROLS = {"sft": "sft_control", "raft": "raft_control"}  # `--control` -> the control's name in the run dir
+
+
+def control_model_path(run_dir: Path, control: str) -> Path:
+    """Where `python -m cells control` (`sft_control`) or `control --raft` (`raft_control`) saved its model."""
+    return Path(run_dir) / "training" / control / "model"
+
+
+def load_control_model(run_dir: Path, control: str) -> Any:
+    """A control's model (full weights, from the run's warm start), ready for greedy play."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = control_model_path(run_dir, control)
+    if not (path / "model.safetensors").is_file():
+        flag = " --raft" if control == "raft_control" else ""
+        raise DiagnoseError(f"{path} is missing: run `python -m cells control{flag} --run-dir {run_dir}` first")
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+
+
+def model_to_play(run_dir: Path, warm_start: bool, control: str | None = None) -> tuple[Any, Any, Any]:
+    """`(profile, model, tokenizer)`: the run's saved warm start, one of its controls (`CONTROLS`' values: they
+    share the warm start's tokenizer), or its exported trained model."""
     from cells.training.warm_start import load_run_warm_start
 
-    if not warm_start:
+    if not warm_start and control is None:
         return load_trained(run_dir, "profile.json")
     profile, model, tokenizer = load_run_warm_start(run_dir)
+    if control is not None:
+        model = load_control_model(run_dir, control)
     model.eval()
     return profile, model, tokenizer
 
@@ -454,10 +479,11 @@ REACH_FILES = {False: "diagnose_reach.json", True: "diagnose_reach_warm_start.js
 
 def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int = 60, samples: int | None = None,
                    warm_start: bool = False, temperature: float | None = None,
-                   pattern: str | None = None) -> dict[str, Any]:
+                   pattern: str | None = None, control: str | None = None) -> dict[str, Any]:
     """`reachability` per pattern set of a drift split on development cases, and per pattern of each set; write
-    and return `REACH_FILES[warm_start]` (with `_t<temperature>` before `.json` when a sampling temperature other
-    than the profile's is tried, `_<pattern>` when only cases scheduling `pattern` are played)."""
+    and return `REACH_FILES[warm_start]` (`diagnose_reach_<control>.json` for a `control`, e.g. `raft_control`;
+    with `_t<temperature>` before `.json` when a sampling temperature other than the profile's is tried,
+    `_<pattern>` when only cases scheduling `pattern` are played)."""
     import dataclasses
 
     from cells.evaluation.splits import reach_by_pattern, reachability, split_cases
@@ -472,7 +498,9 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
         except KeyError as err:
             raise DiagnoseError(f"--pattern {pattern!r} is not in the drift catalogue (cells/data/drifts.yaml)") from err
     run_dir = Path(run_dir)
-    profile, model, tokenizer = model_to_play(run_dir, warm_start)
+    if warm_start and control is not None:
+        raise DiagnoseError("play the warm start or a control, not both")
+    profile, model, tokenizer = model_to_play(run_dir, warm_start, control)
     if temperature is not None:
         if temperature <= 0:
             raise DiagnoseError(f"--temperature must be > 0, got {temperature}")
@@ -483,11 +511,12 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     split = drift_split(name)
     g = samples or profile.num_generations
     cases = split_cases(split, episodes, PROBE_SEEDS, start=REACH_CASES_FROM, pattern=pattern)
-    summary: dict[str, Any] = {"model": "warm start" if warm_start else "trained", "split": name, "pattern": pattern}
+    summary: dict[str, Any] = {"model": control or ("warm start" if warm_start else "trained"), "split": name,
+                               "pattern": pattern}
     for which, planned in cases.items():
         summary[which] = reachability(model, tokenizer, planned, profile, g)
         summary[which]["by_pattern"] = reach_by_pattern(split, which, planned, summary[which]["successes_per_case"], g)
-    out = REACH_FILES[warm_start]
+    out = REACH_FILES[warm_start] if control is None else f"diagnose_reach_{control}.json"
     if temperature is not None:
         out = out.replace(".json", f"_t{temperature:g}.json")
     if pattern is not None:
@@ -542,6 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-start", action="store_true",
                         help="with --refusals, --dev or --reach: play the run's warm start instead of the trained "
                              "model (diagnose_refusals_warm_start.json, diagnose_dev_warm_start.json, ...)")
+    parser.add_argument("--control", choices=sorted(CONTROLS), default=None,
+                        help="with --reach: play the run's SFT-only or RAFT control instead of the trained model "
+                             "(diagnose_reach_sft_control.json, diagnose_reach_raft_control.json)")
     parser.add_argument("--split", default=None, help="with --reach: the drift split (default: the run's)")
     parser.add_argument("--samples", type=int, default=None,
                         help="with --reach: G, samples per case (default: the run's num_generations)")
@@ -555,15 +587,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_start and not (args.refusals or args.dev or args.reach):
         parser.error("--warm-start goes with --refusals, --dev or --reach (the default diagnosis already plays the "
                      "warm start)")
-    if (args.split or args.samples or args.temperature or args.pattern) and not args.reach:
-        parser.error("--split, --samples, --temperature and --pattern go with --reach")
+    if (args.split or args.samples or args.temperature or args.pattern or args.control) and not args.reach:
+        parser.error("--split, --samples, --temperature, --pattern and --control go with --reach")
+    if args.control and args.warm_start:
+        parser.error("--control and --warm-start each name the model to play: give one")
     if args.docs and not args.signal:
         parser.error("--docs goes with --signal")
     if args.signal:
         print(diagnose_signal(Path(args.run_dir), args.docs))
     elif args.reach:
         reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start,
-                               args.temperature, args.pattern)
+                               args.temperature, args.pattern, CONTROLS.get(args.control or ""))
         print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)
                           for k, v in reach.items()}, indent=1))
     elif args.dev:

@@ -46,10 +46,7 @@ class SplitEvalError(DriftCallError, RuntimeError):
 def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
     """The run's profile and {name: (model, tokenizer)}: warm start, trained and, if present, the SFT control and
     the RAFT control (`python -m cells control --raft`)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from cells.commands.diagnose import model_to_play
+    from cells.commands.diagnose import CONTROLS, control_model_path, load_control_model, model_to_play
     from cells.step_24_export import MISSING_EXPORT_HINT
 
     if not (run_dir / "export").is_dir():
@@ -57,10 +54,9 @@ def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
     profile, warm, tokenizer = model_to_play(run_dir, warm_start=True)
     _, trained, trained_tok = model_to_play(run_dir, warm_start=False)
     models = {"warm_start": (warm, tokenizer), "trained": (trained, trained_tok)}
-    for name in ("sft_control", "raft_control"):
-        control = run_dir / "training" / name / "model"
-        if (control / "model.safetensors").is_file():
-            models[name] = (AutoModelForCausalLM.from_pretrained(str(control), dtype=torch.float32).eval(), tokenizer)
+    for name in CONTROLS.values():
+        if (control_model_path(run_dir, name) / "model.safetensors").is_file():
+            models[name] = (load_control_model(run_dir, name), tokenizer)
     return profile, models
 
 
