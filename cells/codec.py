@@ -89,23 +89,23 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 class JsonModel:
     """Mixin giving a frozen dataclass a lossless JSON round trip."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def _field_names(self) -> tuple[str, ...]:
         names = _FIELD_NAMES.get(type(self))
         if names is None:
             names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
-        return {name: _encode(getattr(self, name)) for name in names}
+        return names
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: _encode(getattr(self, name)) for name in self._field_names()}
 
     def to_dict_sharing(self) -> dict[str, Any]:
-        """`to_dict()` with the fields' containers shared, not copied: for a model whose containers hold plain JSON
-        already (a vendor result's response), read by a caller that serialises it at once and never mutates it."""
-        names = _FIELD_NAMES.get(type(self))
-        if names is None:
-            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        """`to_dict()` with the fields' dicts and lists shared, not copied: for a model whose containers hold plain
+        JSON already (a vendor result's response), read by a caller that serialises it at once and never mutates it."""
         out = {}
-        for name in names:
+        for name in self._field_names():
             value = getattr(self, name)
-            out[name] = value if type(value) in _JSON_SCALARS or type(value) is dict or type(value) is list \
-                else _encode(value)
+            kind = type(value)
+            out[name] = value if kind in _JSON_SCALARS or kind is dict or kind is list else _encode(value)
         return out
 
     def to_dict_of(self, names: Iterable[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from cells.codec import (  # re-exported: callers import the data model from this step
@@ -146,6 +146,11 @@ class DriftCallAction(JsonModel):
         return self.tool_name.split(".")[0]
 
 
+def _require_error_code(status: ToolStatus, response: dict[str, Any]) -> None:
+    if not (status is ToolStatus.OK or "error_code" in response):  # the message only when it fails
+        raise ModelValidationError("ToolResult", "response", f"a {status.value} result must carry an error_code")
+
+
 @dataclass(frozen=True)
 class ToolResult(JsonModel):
     """What a vendor returned for one call. Errors carry `error_code` plus structured extras."""
@@ -161,8 +166,7 @@ class ToolResult(JsonModel):
         if not isinstance(self.status, ToolStatus):
             object.__setattr__(self, "status", ToolStatus(self.status))
         require_json_mapping(self.response, "ToolResult", "response")
-        if not (self.status is ToolStatus.OK or "error_code" in self.response):  # the message only when it fails
-            raise ModelValidationError("ToolResult", "response", f"a {self.status.value} result must carry an error_code")
+        _require_error_code(self.status, self.response)
 
     @classmethod
     def from_vendor(cls, tool_name: str, status: ToolStatus, response: dict[str, Any], schema_version: int | None,
@@ -171,12 +175,11 @@ class ToolResult(JsonModel):
         the drift mechanisms build it from JSON values; `tests/test_step_05_vendors.py` checks every result of many
         played episodes), so the constructor's JSON walk of the whole response, a listing on every search, is
         skipped. The status rules still hold."""
-        if not (status is ToolStatus.OK or "error_code" in response):
-            raise ModelValidationError("ToolResult", "response", f"a {status.value} result must carry an error_code")
+        _require_error_code(status, response)
         result = object.__new__(cls)
-        for name, value in (("tool_name", tool_name), ("status", status), ("response", response),
-                            ("schema_version", schema_version), ("latency_ms", latency_ms), ("turn", turn)):
-            object.__setattr__(result, name, value)
+        values = (tool_name, status, response, schema_version, latency_ms, turn)  # the constructor's order
+        for spec, value in zip(fields(cls), values, strict=True):
+            object.__setattr__(result, spec.name, value)
         return result
 
     @property
