@@ -23,9 +23,11 @@ def test_presets_exist_and_are_valid():
     # cpu-gen is cpu-rl on generated drift: its split and drift source only, so the two runs compare
     assert dataclasses.replace(get_profile("cpu-gen"), name="cpu-rl", drift_split="latin",
                                drift_source="handwritten") == get_profile("cpu-rl")
-    # cpu-rl is cpu-learn with a drift split (and dynamic sampling, field drills), so the two runs compare
+    # cpu-rl is cpu-learn with a drift split (and dynamic sampling on success, only groups with a success contrast
+    # in the update, field drills), so the two runs compare
     assert dataclasses.replace(get_profile("cpu-rl"), name="cpu-learn", drift_split="", grpo_reinforced_share=0.5,
-                               grpo_resample_rounds=0, sft_field_drills=0.0) == get_profile("cpu-learn")
+                               grpo_resample_rounds=0, grpo_resample_on="reward", grpo_keep="all",
+                               sft_field_drills=0.0) == get_profile("cpu-learn")
     assert get_profile("cpu-rl").sft_field_drills == 0.15
     assert get_profile("cpu-smoke").is_cpu and not get_profile("colab-t4").is_cpu
     assert get_profile("cpu-gemma").is_cpu and get_profile("cpu-gemma").model_id is not None  # pretrained, on CPU

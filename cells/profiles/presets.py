@@ -119,7 +119,9 @@ PROFILES: dict[str, Profile] = {
         name="cpu-rl",
         drift_split="latin",  # some patterns never demonstrated: what GRPO adds where demonstrations stop
         grpo_reinforced_share=0.7,  # GRPO's episodes lean towards the patterns only it meets
-        grpo_resample_rounds=2,  # groups with identical rewards (reinforced seeds no sample solves) are replayed
+        grpo_resample_rounds=2,  # groups without signal (reinforced seeds no sample solves) are replayed
+        grpo_resample_on="success",  # ...judged by success: all-fail or all-succeed groups rank only penalties
+        grpo_keep="success_contrast",  # only groups with a success and a failure pay for a backward pass
         sft_field_drills=0.15,  # the general required-field repair, so a withheld one is reachable by sampling
     ),
     # cpu-rl's recipe on generated drift: the `latin-gen` split holds out (a) latin's patterns as cpu-rl does, (b) whole
@@ -132,6 +134,8 @@ PROFILES: dict[str, Profile] = {
         drift_source="both",  # the warm start and GRPO also meet the families' training instances
         grpo_reinforced_share=0.7,  # as cpu-rl
         grpo_resample_rounds=2,  # as cpu-rl
+        grpo_resample_on="success",  # as cpu-rl
+        grpo_keep="success_contrast",  # as cpu-rl
         sft_field_drills=0.15,  # as cpu-rl
     ),
     "cpu-gemma": _CPU_GEMMA,
@@ -172,7 +176,8 @@ PRESET_NOTES: dict[str, tuple[str, str]] = {
                   "the voice rows of `report.md`"),
     "cpu-learn": ("a larger tiny Gemma 3, copy pretraining, a long warm start with drills, GRPO G=8 on failing seeds",
                   "learning on the real env on 2 CPU cores"),
-    "cpu-rl": ("cpu-learn with the `latin` drift split: some patterns never demonstrated, met only in GRPO's episodes",
+    "cpu-rl": ("cpu-learn with the `latin` drift split: some patterns never demonstrated, met only in GRPO's episodes; "
+               "GRPO updates on groups with a success and a failure",
                "what GRPO adds where demonstrations stop (`python -m cells splits`)"),
     "cpu-gen": ("cpu-rl with generated drift: the drift families' training instances of the `latin-gen` split too",
                 "whether the agent handles drift nobody wrote: held-out patterns, cells and values"),
