@@ -202,7 +202,7 @@ class DriftCallOpenEnv(Environment[DriftCallActionModel, DriftCallObservationMod
     def _wire(self, obs: DriftCallObservation, reset: bool = False) -> dict[str, Any]:
         if not reset:
             return observation_fields(obs, None, self.SHARES_RESULTS)
-        docs = obs.available_tools  # one object per domain (`reset_tool_docs`): encoded once per env and domain
+        docs = obs.available_tools  # one object per domain (`reset_tool_docs`): re-encoded when the domain changes
         if self._tools is None or self._tools[0] is not docs:
             self._tools = (docs, [t.to_dict() for t in docs])
         return observation_fields(obs, self._tools[1], self.SHARES_RESULTS)

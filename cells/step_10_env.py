@@ -115,7 +115,7 @@ def remembered_goal(seed: int, stage: int, language_weights: dict[str, float]) -
 def reset_tool_docs(domain: str) -> tuple[ToolDoc, ...]:
     """The tools an episode of a `domain` goal offers: that domain's tools plus payment.get_token, documented as at
     reset (the vendors' default flags: no drift fires before turn 2), so a prompt needs no world to list them.
-    The same object at every reset of the domain, so a serving env encodes and sends a session's docs once."""
+    The same object at every reset of the domain, so a serving env encodes them once, not at every reset."""
     docs = default_tool_docs((domain, "payment"))
     return tuple(t for t in docs if t.name.split(".")[0] == domain or t.name == "payment.get_token")
 
