@@ -49,6 +49,7 @@ def test_split_evaluation_pairs_every_model_on_each_pattern_set_and_writes_its_b
     assert json.loads((run / "eval_splits.json").read_text()) == result
     saved = split_pool.load_split_run(run)  # what `--pool` reads: every episode, tagged with its set and model
     assert (saved.split, saved.per_set, saved.seed) == ("latin", 2, profile.seed)
+    assert saved.recipe == splits.recipe_knobs(profile) and saved.recipe["grpo_keep"] == profile.grpo_keep
     assert {w: sorted(m) for w, m in saved.records.items()} == dict.fromkeys(result["sets"], sorted(
         ["sft_control", "trained", "warm_start"]))
     assert all(len(recs) == 2 for models in saved.records.values() for recs in models.values())
@@ -119,13 +120,15 @@ def _rec(policy, case, success, confidence=0.5, kinds=("schema",), turns=6):
                       drift_latencies=(None,) * len(kinds))
 
 
-def _write_run(root, name, seed, outcomes, cases, split="latin", trained_with="latin", confidence=None):
+def _write_run(root, name, seed, outcomes, cases, split="latin", trained_with="latin", confidence=None,
+               recipe=None):
     """A run dir holding only what `splits` saves: eval_splits.json and records_splits.jsonl.
-    `outcomes[set][model]` lists successes in case order; `confidence[model]` maps success -> confidence."""
+    `outcomes[set][model]` lists successes in case order; `confidence[model]` maps success -> confidence;
+    `recipe` is the run's recorded knobs (absent, as in archives from before they were recorded, when None)."""
     run = root / name
     run.mkdir(parents=True)
     meta = {"run": name, "split": split, "trained_with_split": trained_with, "per_set": len(cases), "seed": seed,
-            "records": split_pool.RECORDS_FILE, "sets": {}}
+            "records": split_pool.RECORDS_FILE, "sets": {}, **({"recipe": recipe} if recipe is not None else {})}
     (run / split_pool.EVAL_FILE).write_text(json.dumps(meta))
     conf = confidence or {}
     records = [_rec(split_pool.tag(which, m), case, ok, conf.get(m, lambda s: 0.5)(ok),
@@ -292,6 +295,38 @@ def test_regression_and_calibration_targets(regression, after, before, statuses)
     rows = {t["id"]: t for t in split_pool.targets(pooled)}
     assert (rows["demonstrated_regression"]["status"], rows["ece_withheld"]["status"]) == statuses
     assert rows["reinforced_vs_sft_control"]["status"] == "PASS"
+
+
+def test_pool_refuses_seeds_of_other_recipes_and_names_every_knob_the_oracle_changes_beyond_the_split(tmp_path):
+    from cells.experiments.drift_split import recipe_knobs
+    from cells.step_02_profiles import with_knobs
+
+    recipe = get_profile("cpu-rl")
+    seed_recipes = [recipe_knobs(dataclasses.replace(recipe, seed=1234 + i)) for i in range(3)]
+    out, cases = _outcomes(20, GOOD["warm"], GOOD["trained"], GOOD["control"]), _cases(20)
+    runs = [_write_run(tmp_path, f"cpu-rl-s{i}", 1234 + i, out, cases, recipe=r) for i, r in enumerate(seed_recipes)]
+    other = _write_run(tmp_path, "cpu-rl-lr", 1237, out, cases,
+                       recipe=recipe_knobs(with_knobs(recipe, ["learning_rate=0.002"])))
+    with pytest.raises(split_pool.RecipeMismatchError, match=r"learning_rate: 0\.001 vs 0\.002"):
+        splits.pool_splits([*runs[:2], other], out=tmp_path / "p.json")
+
+    def oracle(name, profile, recorded=True):
+        return _write_run(tmp_path, name, 1234, out, cases, trained_with=None,
+                          recipe=recipe_knobs(profile) if recorded else None)
+
+    same = splits.pool_splits(runs, oracle("same", with_knobs(recipe, ['drift_split=""'])), out=tmp_path / "p.json")
+    assert same["oracle"]["recipe_differences"] == {}
+    learn = splits.pool_splits(runs, oracle("learn", get_profile("cpu-learn")), out=tmp_path / "p.json")
+    differs = learn["oracle"]["recipe_differences"]
+    assert differs["grpo_keep"] == ["success_contrast", "all"] and "drift_split" not in differs
+    assert differs["sft_field_drills"] == [0.15, 0.0] and "profile" not in differs and "seed" not in differs
+    unrecorded = splits.pool_splits(runs, oracle("old", recipe, recorded=False), out=tmp_path / "p.json")
+    assert unrecorded["oracle"]["recipe_differences"] is None
+    for pooled, says in ((same, "recipe is the seeds' but for the split"),
+                         (learn, "`grpo_keep` ('success_contrast' in the seeds', 'all')"),
+                         (unrecorded, "recipe is not recorded")):
+        text = split_report.pooled_markdown(pooled, splits.MODEL_WORDS)
+        assert says in text, text[:600]
 
 
 def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):

@@ -10,9 +10,12 @@ per `--seed`), checked to be comparable, then success, paired differences, calib
   (`stats.stratified_paired_difference`); per-seed rows use `stats.paired_difference`. Runs must share the
   split and, per set, the case list; each seed's run is evaluated on the same held-out cases, so the pooled
   interval covers training-seed and episode variation together.
-- The oracle (a run with every pattern demonstrated, e.g. cpu-learn played with `--split latin`) is a
-  different recipe: its success is reported beside the pooled models, unpaired, and paired with GRPO per seed
-  only when its case lists are the seeds' (`same_cases`).
+- The oracle (a run with every pattern demonstrated: the recipe run with `--set drift_split=""`, played with
+  `--split <the split>`) is reported beside the pooled models, unpaired, and paired with GRPO per seed only
+  when its case lists are the seeds' (`same_cases`). "Oracle − GRPO" measures the split only when the oracle's
+  recipe is the seeds' but for `drift_split`: `eval_splits.json` records each run's recipe (`recipe`, every
+  knob its model depends on), the seeds must share one, and the pool reports every knob the oracle changes
+  beyond the split (`recipe_differences`; None when an archive predates the record).
 - Per set: success per drift kind and per language; for the withheld sets also per pattern of the set (`by_pattern`:
   which withheld recovery a method learnt, since a set's few patterns can differ in opposite directions).
 - `targets(pooled)`: the drift-split experiment's targets as PASS / MISS / NO DATA, computed from the pooled data.
@@ -58,6 +61,10 @@ class SplitMismatchError(SplitPoolError):
     """Runs were evaluated on different drift splits, or trained with different ones."""
 
 
+class RecipeMismatchError(SplitPoolError):
+    """The seeds' runs were trained with different recipes (knobs other than the seed)."""
+
+
 class CaseListMismatchError(SplitPoolError):
     """Runs were played on different held-out cases, so their pairs cannot be pooled."""
 
@@ -87,6 +94,7 @@ class SplitRun:
     per_set: int
     seed: int | None
     records: dict[str, dict[str, tuple[EvalRecord, ...]]]
+    recipe: dict[str, Any] | None = None  # `recipe` of eval_splits.json; None in archives that predate it
 
     def cases(self, which: str) -> list[tuple[int, int, str]]:
         """The sorted (seed, stage, language) cases of set `which` (every model plays the same ones)."""
@@ -130,7 +138,22 @@ def load_split_run(run_dir: Path) -> SplitRun:
                                  f"({ {m: len(k) for m, k in keys.items()} }); remake it with "
                                  f"`{remake_command(run_dir, meta.get('per_set'), meta.get('split'))}`")
     return SplitRun(run_dir.name, run_dir, meta["split"], meta.get("trained_with_split"), int(meta["per_set"]),
-                    meta.get("seed"), {w: {m: tuple(rs) for m, rs in ms.items()} for w, ms in records.items()})
+                    meta.get("seed"), {w: {m: tuple(rs) for m, rs in ms.items()} for w, ms in records.items()},
+                    meta.get("recipe"))
+
+
+NOT_RECIPE = frozenset({"seed", "profile"})  # what one recipe's seeds differ in: the seed and the preset's name
+SPLIT_KNOB = "drift_split"  # what the oracle, and only it, changes
+
+
+def recipe_differences(recipe: dict[str, Any] | None, other: dict[str, Any] | None,
+                       ignore: frozenset[str] = NOT_RECIPE) -> dict[str, list[Any]] | None:
+    """{knob: [recipe's value, other's value]} for every knob (but `ignore`) whose value differs; None when
+    either run's recipe is not recorded."""
+    if recipe is None or other is None:
+        return None
+    return {k: [recipe.get(k), other.get(k)] for k in sorted(set(recipe) | set(other))
+            if k not in ignore and recipe.get(k) != other.get(k)}
 
 
 def archive_split_run(run_dir: Path, root: Path) -> Path:
@@ -159,7 +182,7 @@ def archive_split_run(run_dir: Path, root: Path) -> Path:
 
 
 def check_poolable(runs: Sequence[SplitRun], oracle: SplitRun | None = None) -> None:
-    """Refuse seeds of different splits, case lists or names, and an oracle of another split."""
+    """Refuse seeds of different splits, case lists, recipes or names, and an oracle of another split."""
     if not runs:
         raise SplitPoolError("--pool needs at least one run directory")
     first = runs[0]
@@ -180,6 +203,12 @@ def check_poolable(runs: Sequence[SplitRun], oracle: SplitRun | None = None) -> 
                     f"{run.path} and {first.path} were played on different {which} cases (per_set {run.per_set} "
                     f"vs {first.per_set}): replay both with the same --per-set, e.g. "
                     f"`{remake_command(run.path, first.per_set, first.split)}`")
+        differences = recipe_differences(first.recipe, run.recipe)
+        if differences:
+            raise RecipeMismatchError(
+                f"{run.path} and {first.path} were trained with different recipes ("
+                + ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differences.items())
+                + "): pool the training seeds of one recipe (`python -m cells run --seed N` with the same --set)")
     if first.trained_with_split is None:
         raise SplitMismatchError(f"{first.path} was trained without a drift split: pool the split's seeds and "
                                  "pass a run with every pattern demonstrated as --oracle")
@@ -261,8 +290,10 @@ def pool(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: in
     out: dict[str, Any] = {
         "split": first.split, "trained_with_split": first.trained_with_split, "per_set": first.per_set,
         "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed} for r in runs], "models": models,
-        "oracle": None if oracle is None else {"run": oracle.name, "dir": str(oracle.path), "model": ORACLE_MODEL,
-                                               "same_cases": same_cases, "paired": same_cases},
+        "oracle": None if oracle is None else {
+            "run": oracle.name, "dir": str(oracle.path), "model": ORACLE_MODEL, "same_cases": same_cases,
+            "paired": same_cases,
+            "recipe_differences": recipe_differences(first.recipe, oracle.recipe, NOT_RECIPE | {SPLIT_KNOB})},
         "bootstrap": {"resamples": resamples, "seed": BOOTSTRAP_SEED,
                       "method": "percentile; pairs resampled within each training seed (stratified)"},
         "sets": {which: _set_block(which, runs, models, oracle, same_cases, resamples) for which in first.records},

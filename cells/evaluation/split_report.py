@@ -103,8 +103,21 @@ def _intro(pooled: dict[str, Any], words: Mapping[str, str], image: str | None) 
     if oracle:
         how = "the same cases, so paired with GRPO per seed" if oracle["paired"] else "other cases: unpaired"
         lines += [f"Oracle: `{oracle['run']}` (every pattern demonstrated), its "
-                  f"{words.get(ORACLE_MODEL, ORACLE_MODEL)} model; {how}.", ""]
+                  f"{words.get(ORACLE_MODEL, ORACLE_MODEL)} model; {how}. {_oracle_recipe(oracle)}", ""]
     return lines + ([f"![success per pattern set, pooled over seeds]({image})", ""] if image else [])
+
+
+def _oracle_recipe(oracle: Mapping[str, Any]) -> str:
+    """Whether "oracle − GRPO" measures the split alone: the knobs the oracle's recipe changes beyond it."""
+    differences = oracle.get("recipe_differences")
+    if differences is None:
+        return ("Its recipe is not recorded (evaluated before `splits` recorded recipes), so whether it differs "
+                "from the seeds' beyond the split is not checked.")
+    if not differences:
+        return "Its recipe is the seeds' but for the split."
+    return ("Its recipe also differs from the seeds' in " + ", ".join(
+        f"`{k}` ({a!r} in the seeds', {b!r})" for k, (a, b) in differences.items())
+        + ": oracle − GRPO mixes the split with these.")
 
 
 def _success_cells(pooled: dict[str, Any], block: Mapping[str, Any]) -> list[str]:

@@ -109,6 +109,14 @@ def fired_in(split: Any, which: str, record: Any) -> bool:
     return split.episode_set(record.drift_patterns) == which
 
 
+def recipe_knobs(profile: Any) -> dict[str, Any]:
+    """Every knob the run's trained model depends on (warm start and GRPO stages, flat), as `eval_splits.json`
+    records it: `--pool` compares an oracle's with the recipe's, which must differ only in `drift_split`."""
+    from cells.training.checkpoints import stage_knobs
+
+    return stage_knobs(profile, 3)
+
+
 def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = None) -> dict[str, Any]:
     """Play the run's models on `per_set` held-out cases per pattern set; write and return `eval_splits.json`."""
     from cells.evaluation.records import save_records_jsonl
@@ -127,7 +135,8 @@ def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = N
     split = drift_split(name)
     cases = split_plan(split, per_set)
     out: dict[str, Any] = {"run": run_dir.name, "split": name, "trained_with_split": profile.drift_split or None,
-                           "per_set": per_set, "seed": profile.seed, "records": RECORDS_FILE, "sets": {}}
+                           "per_set": per_set, "seed": profile.seed, "recipe": recipe_knobs(profile),
+                           "records": RECORDS_FILE, "sets": {}}
     played: list[Any] = []
     for which in eval_sets(split):
         spec = make_spec(profile, cases[which], sampled_trials=0)

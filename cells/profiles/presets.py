@@ -113,7 +113,8 @@ PROFILES: dict[str, Profile] = {
     # cpu-smoke plus step 18's scripted players spoken and transcribed (needs espeak-ng + requirements-voice.txt)
     "cpu-voice": dataclasses.replace(_CPU_SMOKE, name="cpu-voice", voice_eval_per_cell=1),
     "cpu-learn": _CPU_LEARN,
-    # cpu-learn with the `latin` drift split, everything else equal so the two compare: cpu-learn is its oracle
+    # cpu-learn with the `latin` drift split and a GRPO recipe of its own; its oracle is this preset with
+    # `--set drift_split=""` (cpu-learn differs beyond the split: `splits --pool` lists how)
     "cpu-rl": dataclasses.replace(
         _CPU_LEARN,
         name="cpu-rl",
