@@ -258,8 +258,8 @@ def test_raft_rounds_stop_once_the_measured_budget_is_spent():
 
 
 def test_raft_matches_grpos_compute_per_stage_and_counts_its_episodes(tmp_path):
-    from cells.experiments.raft import CLOCKS, cosine_lr, grpo_episodes
-    from cells.training.metrics import grpo_compute_seconds
+    from cells.experiments.raft import CLOCKS, cosine_lr
+    from cells.training.metrics import grpo_compute_seconds, grpo_episodes
 
     _metrics_csv(tmp_path / "m.csv", [1.0, 2.0, 3.0, 4.0], stages=[1, 2, 2, 3], resampled=[0, 1, 0, 2],
                  cpu=[2.0, 4.0, 6.0, 8.0])

@@ -121,14 +121,15 @@ def _rec(policy, case, success, confidence=0.5, kinds=("schema",), turns=6):
 
 
 def _write_run(root, name, seed, outcomes, cases, split="latin", trained_with="latin", confidence=None,
-               recipe=None):
+               recipe=None, compute=None):
     """A run dir holding only what `splits` saves: eval_splits.json and records_splits.jsonl.
     `outcomes[set][model]` lists successes in case order; `confidence[model]` maps success -> confidence;
     `recipe` is the run's recorded knobs (absent, as in archives from before they were recorded, when None)."""
     run = root / name
     run.mkdir(parents=True)
     meta = {"run": name, "split": split, "trained_with_split": trained_with, "per_set": len(cases), "seed": seed,
-            "records": split_pool.RECORDS_FILE, "sets": {}, **({"recipe": recipe} if recipe is not None else {})}
+            "records": split_pool.RECORDS_FILE, "sets": {}, **({"recipe": recipe} if recipe is not None else {}),
+            **({"compute": compute} if compute is not None else {})}
     (run / split_pool.EVAL_FILE).write_text(json.dumps(meta))
     conf = confidence or {}
     records = [_rec(split_pool.tag(which, m), case, ok, conf.get(m, lambda s: 0.5)(ok),
@@ -304,7 +305,10 @@ def test_pool_refuses_seeds_of_other_recipes_and_names_every_knob_the_oracle_cha
     recipe = get_profile("cpu-rl")
     seed_recipes = [recipe_knobs(dataclasses.replace(recipe, seed=1234 + i)) for i in range(3)]
     out, cases = _outcomes(20, GOOD["warm"], GOOD["trained"], GOOD["control"]), _cases(20)
-    runs = [_write_run(tmp_path, f"cpu-rl-s{i}", 1234 + i, out, cases, recipe=r) for i, r in enumerate(seed_recipes)]
+    cost = [{"model": "trained", "seconds": 10.0, "measure": "cpu", "episodes": 40, "examples": 24,
+             "tokens_trained": 2000}]
+    runs = [_write_run(tmp_path, f"cpu-rl-s{i}", 1234 + i, out, cases, recipe=r, compute=cost)
+            for i, r in enumerate(seed_recipes)]
     other = _write_run(tmp_path, "cpu-rl-lr", 1237, out, cases,
                        recipe=recipe_knobs(with_knobs(recipe, ["learning_rate=0.002"])))
     with pytest.raises(split_pool.RecipeMismatchError, match=r"learning_rate: 0\.001 vs 0\.002"):
@@ -327,6 +331,7 @@ def test_pool_refuses_seeds_of_other_recipes_and_names_every_knob_the_oracle_cha
                          (unrecorded, "recipe is not recorded")):
         text = split_report.pooled_markdown(pooled, splits.MODEL_WORDS)
         assert says in text, text[:600]
+    assert "| cpu-rl-s1 | after GRPO | 10 (cpu) | 40 | 24 | 2,000 |" in text  # what each seed's training bought
 
 
 def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):

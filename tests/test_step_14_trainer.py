@@ -844,6 +844,7 @@ def test_only_groups_with_a_success_contrast_reach_the_update(tiny_cache, tmp_pa
     logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
     assert logged["groups/contrast_frac"] == 0.5 and logged["episodes/contrast_frac"] == 0.5
     assert 0.0 < logged["tokens/updated_frac"] == logged["tokens/contrast_frac"] < 1.0
+    assert logged["tokens/updated"] == float((batch["completion_mask"] * batch["tool_mask"]).sum())  # the loss's own
     with pytest.raises(s14.TrainerSetupError, match="keep must be one of"):
         make_trainer(tiny_cache, tmp_path, lambda: ToyEnv(turns=2), keep="some")
 

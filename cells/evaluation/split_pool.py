@@ -95,6 +95,7 @@ class SplitRun:
     seed: int | None
     records: dict[str, dict[str, tuple[EvalRecord, ...]]]
     recipe: dict[str, Any] | None = None  # `recipe` of eval_splits.json; None in archives that predate it
+    compute: tuple[dict[str, Any], ...] = ()  # `compute` of eval_splits.json: what each model's training cost
 
     def cases(self, which: str) -> list[tuple[int, int, str]]:
         """The sorted (seed, stage, language) cases of set `which` (every model plays the same ones)."""
@@ -139,7 +140,7 @@ def load_split_run(run_dir: Path) -> SplitRun:
                                  f"`{remake_command(run_dir, meta.get('per_set'), meta.get('split'))}`")
     return SplitRun(run_dir.name, run_dir, meta["split"], meta.get("trained_with_split"), int(meta["per_set"]),
                     meta.get("seed"), {w: {m: tuple(rs) for m, rs in ms.items()} for w, ms in records.items()},
-                    meta.get("recipe"))
+                    meta.get("recipe"), tuple(meta.get("compute", ())))
 
 
 NOT_RECIPE = frozenset({"seed", "profile"})  # what one recipe's seeds differ in: the seed and the preset's name
@@ -289,7 +290,8 @@ def pool(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: in
         which in oracle.records and oracle.cases(which) == first.cases(which) for which in first.records)
     out: dict[str, Any] = {
         "split": first.split, "trained_with_split": first.trained_with_split, "per_set": first.per_set,
-        "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed} for r in runs], "models": models,
+        "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed, "compute": list(r.compute)} for r in runs],
+        "models": models,
         "oracle": None if oracle is None else {
             "run": oracle.name, "dir": str(oracle.path), "model": ORACLE_MODEL, "same_cases": same_cases,
             "paired": same_cases,

@@ -160,11 +160,23 @@ def _calibration_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list
             *_table(["model", "ECE pooled", "Brier pooled", "ECE per seed", "turns per success"], rows), ""]
 
 
+def _compute_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str]:
+    """Per seed, what each model's training cost and bought (runs evaluated before `splits` recorded it: none)."""
+    from cells.evaluation.compute import compute_markdown
+
+    tables = [compute_markdown(r["compute"], words, run=r["run"]) for r in pooled["runs"] if r.get("compute")]
+    if not tables:
+        return []
+    rows = [line for i, table in enumerate(tables) for line in (table if i == 0 else table[2:])]
+    return ["What each model's training after the warm start cost and bought, per seed (equal compute: the "
+            "controls get GRPO's seconds):", "", *rows, ""]
+
+
 def pooled_markdown(pooled: dict[str, Any], words: Mapping[str, str], image: str | None = None) -> str:
     """The body of the docs block `splits:pooled`; `image` is the plot's path relative to the docs file."""
     names = [words.get(m, m) for m in pooled["models"]]
     lines = _intro(pooled, words, image) + _success_lines(pooled, words) + _paired_lines(pooled, words)
-    lines += _calibration_lines(pooled, words)
+    lines += _calibration_lines(pooled, words) + _compute_lines(pooled, words)
     for key, what in (("by_kind", "drift kind (an episode counts once per fired kind)"), ("by_language", "language"),
                       ("by_pattern", "withheld pattern (an episode counts once per fired pattern of its set)")):
         rows = _group_rows(pooled, key, pooled["models"])

@@ -119,6 +119,7 @@ def recipe_knobs(profile: Any) -> dict[str, Any]:
 
 def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = None) -> dict[str, Any]:
     """Play the run's models on `per_set` held-out cases per pattern set; write and return `eval_splits.json`."""
+    from cells.evaluation.compute import run_compute
     from cells.evaluation.records import save_records_jsonl
     from cells.evaluation.runner import make_spec, run_model
     from cells.evaluation.split_pool import EVAL_FILE, RECORDS_FILE, tag
@@ -148,6 +149,7 @@ def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = N
                               "fired_in_set": round(sum(fired_here) / max(1, len(fired_here)), 4)}
         print(f"[splits] {which}: " + "; ".join(f"{m} {v['value']:.1%}" for m, v in
                                                  out["sets"][which]["success"].items()))
+    out["compute"] = [row.to_dict() for row in run_compute(run_dir)]  # what each model's training bought
     save_records_jsonl(played, run_dir / RECORDS_FILE)  # what `--pool` reads: no replay to pool seeds
     (run_dir / EVAL_FILE).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return out
@@ -188,6 +190,11 @@ def splits_markdown(result: dict[str, Any]) -> str:
         for which, block in sets.items():
             lines.append(f"| {which} | " + " | ".join(_secondary(block, m) for m in models) + " |")
     lines += _unseen_groups(sets)
+    if result.get("compute"):
+        from cells.evaluation.compute import compute_markdown
+
+        lines += ["", "What each model's training after the warm start cost and bought (`cells/evaluation/compute.py`):",
+                  "", *compute_markdown(result["compute"], MODEL_WORDS)]
     text = "\n".join(lines)
     for m in models:
         text = text.replace(grpo_vs(m), f"GRPO − {MODEL_WORDS.get(m, m)}")

@@ -132,15 +132,6 @@ def spend(budget_s: float, play_round: Callable[[], None], clock: Callable[[], f
 
 
 
-def grpo_episodes(metrics_csv: Path, profile: Any) -> int:
-    """Environment episodes GRPO played: prompts_per_step groups of G per step, plus resampled groups of G."""
-    from cells.training.metrics import read_metrics_csv
-
-    groups = sum(profile.prompts_per_step + int(float((row.get("extra") or {}).get("groups/resampled") or 0))
-                 for row in read_metrics_csv(metrics_csv))
-    return groups * profile.num_generations
-
-
 def raft_first_seed(stage: int) -> int:
     """First training seed of stage `stage`'s RAFT block (inside GRPO's stage block, past what GRPO plays)."""
     from cells.training.grpo_stage import first_grpo_seed
@@ -257,7 +248,7 @@ def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
              clock: Callable[[], float] | None = None) -> dict[str, Any]:
     """Train and evaluate the RAFT control in `run_dir`; returns the two paired reports. Its budget per stage is
     GRPO's compute there, spent on the same clock (`CLOCKS[measure]`, unless `clock` is given)."""
-    from cells.training.metrics import grpo_compute_seconds
+    from cells.training.metrics import grpo_compute_seconds, grpo_episodes
     from cells.training.warm_start import load_run_warm_start
 
     run_dir = Path(run_dir)

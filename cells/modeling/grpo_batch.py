@@ -166,13 +166,17 @@ def contrast_metrics(row_groups: Sequence[int], contrast: Sequence[bool], tokens
                      kept: Sequence[int]) -> dict[str, float]:
     """Where the step's gradient can point at success: the share of groups with a success and a failure
     (`groups/contrast_frac`), of this process's episodes and model tokens in such groups (`episodes/contrast_frac`,
-    `tokens/contrast_frac`), and of its model tokens that reach the update (`tokens/updated_frac`)."""
+    `tokens/contrast_frac`), and of its model tokens that reach the update (`tokens/updated_frac`; their count,
+    `tokens/updated`, and of those episodes, `episodes/updated`: what the step trained on, beside what the
+    equal-compute controls train on, `cells/evaluation/compute.py`)."""
     total = sum(tokens) or 1
     in_contrast = [r for r, g in enumerate(row_groups) if contrast[g]]
+    updated = sum(tokens[r] for r in kept)
     return {"groups/contrast_frac": sum(contrast) / max(1, len(contrast)),
             "episodes/contrast_frac": len(in_contrast) / max(1, len(row_groups)),
             "tokens/contrast_frac": sum(tokens[r] for r in in_contrast) / total,
-            "tokens/updated_frac": sum(tokens[r] for r in kept) / total}
+            "tokens/updated_frac": updated / total, "tokens/updated": float(updated),
+            "episodes/updated": float(len(kept))}
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:

@@ -112,6 +112,13 @@ def grpo_compute_seconds(path: str | Path) -> tuple[dict[int, float], str]:
     return dict(sorted(out.items())), ("cpu" if key == "step_cpu" else "wall")
 
 
+def grpo_episodes(metrics_csv: str | Path, profile: Any) -> int:
+    """Environment episodes GRPO played: prompts_per_step groups of G per step, plus resampled groups of G."""
+    groups = sum(profile.prompts_per_step + int(float((row.get("extra") or {}).get("groups/resampled") or 0))
+                 for row in read_metrics_csv(metrics_csv))
+    return groups * profile.num_generations
+
+
 def read_metrics_csv(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a metrics.csv: `stage`/`step` as int, numbers as float, '' as None, `extra` as dict."""
     out: list[dict[str, Any]] = []
