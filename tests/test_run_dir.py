@@ -246,3 +246,28 @@ def test_a_knob_added_later_at_its_default_does_not_refuse_an_older_checkpoint(t
     with pytest.raises(RunDirMismatchError) as info:
         run_stage(1, CountingFactory(2), tmp_path / "stage1", None, 2, knobs=moved, **kw)
     assert set(info.value.differences) == {"turn_budgets"}
+
+
+def test_a_full_warm_start_is_reused_across_the_loras_shape_and_an_adapter_warm_start_is_not(tmp_path):
+    """The LoRA's knobs shape GRPO's adapter, and the warm start only when the warm start trains that adapter."""
+    full, lora_only = SMOKE, dataclasses.replace(SMOKE, warm_start_full=False, copy_pretrain_max_steps=0)
+    assert full.warm_start_full
+    ctx = _ctx(tmp_path / "full", profile=full)
+    warm = _save_warm_start(ctx)
+    assert warm.name == "model" and "lora_r" not in read_meta(warm).knobs
+    guard_warm_start(_ctx(tmp_path / "full", profile=full, lora_r=64, lora_alpha=128), warm)  # reused
+    # a sidecar recorded before the warm start dropped the LoRA's knobs: reused too, whatever its LoRA
+    raw = json.loads((warm / META_NAME).read_text())
+    raw["knobs"] = stage_knobs(lora_only, 0) | {"warm_start_full": True,
+                                                "copy_pretrain_max_steps": full.copy_pretrain_max_steps}
+    raw["knobs_digest"] = knobs_digest(raw["knobs"])
+    (warm / META_NAME).write_text(json.dumps(raw))
+    assert read_meta(warm).knobs["lora_r"] == 16
+    guard_warm_start(_ctx(tmp_path / "full", profile=full, lora_r=64), warm)
+    with pytest.raises(RunDirMismatchError, match="sft_epochs"):  # a knob it reads still refuses
+        guard_warm_start(_ctx(tmp_path / "full", profile=full, sft_epochs=full.sft_epochs + 1), warm)
+
+    adapter = _save_warm_start(_ctx(tmp_path / "adapter", profile=lora_only))
+    assert adapter.name == "adapter" and read_meta(adapter).knobs["lora_r"] == 16
+    with pytest.raises(RunDirMismatchError, match=r"lora_r: 16 -> 64"):
+        guard_warm_start(_ctx(tmp_path / "adapter", profile=lora_only, lora_r=64), adapter)

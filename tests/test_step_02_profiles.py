@@ -180,7 +180,7 @@ def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarat
     (which changes which run dirs are reused) is a deliberate change to this test."""
     from cells.step_02_profiles import knobs_in_scope
     from cells.step_22_summary import SKIPPED_KNOBS
-    from cells.training.checkpoints import GRPO_ONLY_KNOBS, NOT_TRAINING_KNOBS
+    from cells.training.checkpoints import ADAPTER_KNOBS, GRPO_ONLY_KNOBS, NOT_TRAINING_KNOBS
 
     assert NOT_TRAINING_KNOBS == knobs_in_scope("evaluation", "run") == {
         "run_root", "knobs_set", "save_every", "warm_start_eval_per_cell", "eval_episodes_per_cell", "pass_k",
@@ -190,7 +190,9 @@ def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarat
         "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage", "grpo_failure_candidates",
         "grpo_reinforced_share", "grpo_resample_rounds", "grpo_resample_on",
         "grpo_scale_rewards", "grpo_success_advantage", "grpo_keep", "grpo_step_advantage", "grpo_reference",
-        "grpo_clip_high"}
+        "grpo_clip_high", "grpo_negative_scale"}
+    assert ADAPTER_KNOBS == knobs_in_scope("adapter") == {
+        "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "lora_modules_to_save"}
     assert sorted(SKIPPED_KNOBS) == ["language_weights"]
 
 

@@ -61,6 +61,8 @@ class TinyModelRecipe:
 KNOB_SCOPES: dict[str, str] = {
     "training": "shapes the warm start and every GRPO stage: a run dir trained with another value is refused",
     "grpo": "read by the GRPO stages only: the warm start is reused across it",
+    "adapter": "the GRPO LoRA's shape: read by the GRPO stages, and by the warm start only when it trains the LoRA "
+               "(`warm_start_full` false); a full warm start is reused across it",
     "evaluation": "how much is evaluated: never changes what training produces",
     "run": "bookkeeping (where the run writes, how often it saves): never changes what training produces",
 }
@@ -100,14 +102,16 @@ class Profile:
     load_in_4bit: bool = knob(False, help="NF4 weights (Unsloth or bitsandbytes) on a GPU; ignored on the CPU")
     use_unsloth: bool = knob(False, help="boot through Unsloth when it imports (GPU); else transformers + peft, "
                                          "same adapter")
-    lora_r: int = knob(16, help="LoRA rank (peft `r`, Unsloth `r`)")
-    lora_alpha: int = knob(32, help="LoRA scale numerator: the update is scaled by alpha / r")
-    lora_dropout: float = knob(0.0, help="dropout on the LoRA input (0: Unsloth's fast path)")
+    lora_r: int = knob(16, scope="adapter", help="LoRA rank (peft `r`, Unsloth `r`)")
+    lora_alpha: int = knob(32, scope="adapter", help="LoRA scale numerator: the update is scaled by alpha / r")
+    lora_dropout: float = knob(0.0, scope="adapter", help="dropout on the LoRA input (0: Unsloth's fast path)")
     lora_targets: tuple[str, ...] = knob(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-                                         shown="all 7 attention and MLP projections", help="modules the LoRA wraps")
+                                         scope="adapter", shown="all 7 attention and MLP projections",
+                                         help="modules the LoRA wraps")
     lora_modules_to_save: tuple[str, ...] = knob(
-        (), help="modules trained in full inside the adapter (peft `modules_to_save`); CPU profiles train the tied "
-                 "embeddings because a LoRA on a frozen random model cannot move the output vocabulary enough")
+        (), scope="adapter",
+        help="modules trained in full inside the adapter (peft `modules_to_save`); CPU profiles train the tied "
+             "embeddings because a LoRA on a frozen random model cannot move the output vocabulary enough")
     # --- generation / rollout (steps 11, 14) ---
     max_prompt_tokens: int = knob(1280, help="turn-0 prompt incl. tool docs; sizes Unsloth's max_seq_length")
     max_new_tokens_per_turn: int = knob(96, help="one assistant turn's generation cap")
@@ -170,6 +174,12 @@ class Profile:
     grpo_step_advantage: float = knob(
         0.0, scope="grpo", help="weight of the step-level advantage added to each turn's tokens: episodes of a group "
                                 "with the same tokens before the turn are compared by reward (0: off)")
+    # Positive and negative samples teach differently (arXiv 2506.01347): the push away from a group's failures
+    # spreads over every token of a 10-16-turn episode, most of them steps the successes share.
+    grpo_negative_scale: float = knob(
+        1.0, scope="grpo", help="multiplies every negative advantage in GRPO's update (1: GRPO; 0: only episodes "
+                                "that beat their group's mean move the policy, as rejection sampling within "
+                                "GRPO's groups)")
     grpo_reference: bool = knob(
         True, scope="grpo", help="a KL term to the warm-started reference (beta from step 13, retargeted when "
                                  "`adaptive_kl`); False: beta 0, no reference forward pass and no adaptive KL")
@@ -320,9 +330,9 @@ class Profile:
         if self.drift_train_instances < -1:
             raise ProfileError(f"profile {self.name!r}: drift_train_instances must be >= -1 (-1: all), got "
                                f"{self.drift_train_instances}")
-        if not 0.0 <= self.grpo_reinforced_share <= 1.0:
-            raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
-                               f"{self.grpo_reinforced_share}")
+        for name in ("grpo_reinforced_share", "grpo_negative_scale"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ProfileError(f"profile {self.name!r}: {name} must be in [0, 1], got {getattr(self, name)}")
         for knob in ("sft_search_drills", "sft_booking_drills", "sft_recovery_drills", "sft_year_turn_drills",
                      "sft_field_drills"):
             if getattr(self, knob) < 0:

@@ -47,6 +47,7 @@ _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 # knob is compared rather than silently ignored.
 NOT_TRAINING_KNOBS = knobs_in_scope("evaluation", "run")
 GRPO_ONLY_KNOBS = knobs_in_scope("grpo")
+ADAPTER_KNOBS = knobs_in_scope("adapter")  # the warm start reads them only when it trains the LoRA
 WAYS_ON = (
     "Two ways on: train into a new run directory (`python -m cells run --run-dir NEW_DIR`; notebook: "
     "DRIFTCALL_RUN_DIR=NEW_DIR), or start the training stages over in this one (`--fresh`; notebook: "
@@ -214,8 +215,15 @@ def stage_knobs(profile: Any, stage: int) -> dict[str, Any]:
 
     data = json.loads(canonical_json(profile.to_dict()))
     data["profile"] = data.pop("name")
-    dropped = NOT_TRAINING_KNOBS | (GRPO_ONLY_KNOBS if stage == 0 else frozenset())
-    return _flatten({k: v for k, v in data.items() if k not in dropped})
+    return _flatten({k: v for k, v in data.items() if k not in knobs_not_read(profile, stage)})
+
+
+def knobs_not_read(profile: Any, stage: int) -> frozenset[str]:
+    """The knobs stage `stage`'s output never depends on: evaluation and bookkeeping always; at the warm start
+    (stage 0) the GRPO-only ones, and the LoRA's shape too when the warm start trains every weight instead."""
+    if stage != 0:
+        return NOT_TRAINING_KNOBS
+    return NOT_TRAINING_KNOBS | GRPO_ONLY_KNOBS | (ADAPTER_KNOBS if profile.warm_start_full else frozenset())
 
 
 def knobs_digest(knobs: dict[str, Any]) -> str:
@@ -244,6 +252,13 @@ def default_knobs() -> dict[str, Any]:
     from cells.step_02_profiles import Profile
 
     return stage_knobs(Profile(), 1)
+
+
+def no_longer_read(differences: dict[str, tuple[Any, Any]]) -> set[str]:
+    """Knobs the sidecar recorded that this run's stage no longer depends on (a `Profile` knob absent from its
+    knobs, e.g. the LoRA's shape at a full warm start, recorded before the stage dropped it): they change nothing."""
+    defaults = default_knobs()
+    return {k for k, (_, new) in differences.items() if new is _MISSING and k in defaults}
 
 
 def added_at_default(differences: dict[str, tuple[Any, Any]]) -> set[str]:
@@ -275,7 +290,7 @@ def check_reusable(path: str | Path, knobs: dict[str, Any], what: str) -> Checkp
         raise RunDirMismatchError(Path(path), what, {}, reason=f"its {META_NAME} predates recorded settings "
                                   f"(profile {meta.profile!r}), so they cannot be compared")
     differences = knob_differences(meta.knobs, knobs)
-    unchanged = added_at_default(differences)
+    unchanged = added_at_default(differences) | no_longer_read(differences)
     if differences and set(differences) == unchanged:
         return meta
     differences = {k: v for k, v in differences.items() if k not in unchanged}
