@@ -78,9 +78,8 @@ class DriftCallGRPOTrainer(GRPOTrainer):
     `env_factory` (a fresh env per episode), `reward_fn_driftcall` (rewards from the episodes), adaptive KL
     (`enable_adaptive_kl`, `adaptive_kl_*`: an `AdaptiveKLCallback`, registered first so reporters see its keys),
     dynamic sampling (`resample_rounds`, `resample_on`), `group_labels` (per-label zero-variance counts in the logs)
-    `success_advantage` (added to each successful episode's advantage after scaling: a RAFT-like pull towards
-    the policy's own successes inside the same loss; 0 = off) and `negative_scale` (multiplies every negative
-    advantage of the update: 1 = GRPO, 0 = only what beat its group is reinforced). An `EpisodeDatasetAdapter` as `train_dataset` is
+    and `success_advantage` (added to each successful episode's advantage after scaling: a RAFT-like pull towards
+    the policy's own successes inside the same loss; 0 = off). An `EpisodeDatasetAdapter` as `train_dataset` is
     handed to TRL as a dataset of step indices and materialised here.
     """
 
@@ -90,7 +89,7 @@ class DriftCallGRPOTrainer(GRPOTrainer):
                  adaptive_kl_beta_min: float = DEFAULT_BETA_MIN, adaptive_kl_beta_max: float = DEFAULT_BETA_MAX,
                  resample_rounds: int = 0, resample_on: str = "reward", group_labels: Any = None,
                  success_advantage: float = 0.0, keep: str = "all", step_advantage: float = 0.0,
-                 negative_scale: float = 1.0, group_trace: str | None = None, **kwargs: Any) -> None:
+                 group_trace: str | None = None, **kwargs: Any) -> None:
         if not 0 <= int(resample_rounds) <= (cap := knob_cap("grpo_resample_rounds")):
             raise TrainerSetupError(f"resample_rounds must be in [0, {cap}], got {resample_rounds!r}")
         if resample_on not in (criteria := knob_choices("grpo_resample_on")):
@@ -101,8 +100,6 @@ class DriftCallGRPOTrainer(GRPOTrainer):
             raise TrainerSetupError(f"keep must be one of {kept}, got {keep!r}")
         if step_advantage < 0:
             raise TrainerSetupError(f"step_advantage must be >= 0, got {step_advantage!r}")
-        if not 0.0 <= negative_scale <= 1.0:
-            raise TrainerSetupError(f"negative_scale must be in [0, 1], got {negative_scale!r}")
         kwargs.setdefault("reward_funcs", [_placeholder_reward])  # TRL requires one; rewards come from episodes
         self.resample_rounds = int(resample_rounds)  # dynamic sampling: replays of a zero-variance group per step
         self.resample_on = resample_on  # which groups count as without signal: equal rewards, or equal successes
@@ -110,7 +107,6 @@ class DriftCallGRPOTrainer(GRPOTrainer):
         self.success_advantage = float(success_advantage)
         self.keep = keep  # "success_contrast": only groups with a success and a failure reach the update
         self.step_advantage = float(step_advantage)  # GiGPO's weight on the step-level advantage (0: off)
-        self.negative_scale = float(negative_scale)  # weight of the push away from what scored below its group
         self.group_trace = group_trace  # a JSON-lines file: one line per group played (`_trace_groups`)
         self.episode_dataset: EpisodeDatasetAdapter | None = None
         if isinstance(kwargs.get("train_dataset"), EpisodeDatasetAdapter):
@@ -220,17 +216,9 @@ class DriftCallGRPOTrainer(GRPOTrainer):
                            num_generations: int, rows: list[int], contrast: list[bool], row_groups: list[int],
                            completion_len: int) -> Any:
         """The kept rows' advantages: (B',) per episode, or (B', C) per token with GiGPO's step advantage
-        (`step_advantage > 0`, which needs each group whole on this process); negative ones times
-        `negative_scale`."""
+        (`step_advantage > 0`, which needs each group whole on this process)."""
         if self.keep == "success_contrast" and not any(contrast[g] for g in row_groups):
             return torch.zeros_like(mine)  # every row stays (`_rows_to_update`), none moves the policy
-        advantages = self._kept_advantages(mine, trajectories, rewards, runs, num_generations, rows, completion_len)
-        if self.negative_scale == 1.0:
-            return advantages
-        return torch.where(advantages < 0, advantages * self.negative_scale, advantages)
-
-    def _kept_advantages(self, mine: Any, trajectories: list[Any], rewards: list[float], runs: list[Run],
-                         num_generations: int, rows: list[int], completion_len: int) -> Any:
         if not self.step_advantage:
             return mine[rows]
         if any(first != 0 or count != num_generations for _, first, count in runs):

@@ -174,12 +174,6 @@ class Profile:
     grpo_step_advantage: float = knob(
         0.0, scope="grpo", help="weight of the step-level advantage added to each turn's tokens: episodes of a group "
                                 "with the same tokens before the turn are compared by reward (0: off)")
-    # Positive and negative samples teach differently (arXiv 2506.01347): the push away from a group's failures
-    # spreads over every token of a 10-16-turn episode, most of them steps the successes share.
-    grpo_negative_scale: float = knob(
-        1.0, scope="grpo", help="multiplies every negative advantage in GRPO's update (1: GRPO; 0: only episodes "
-                                "that beat their group's mean move the policy, as rejection sampling within "
-                                "GRPO's groups)")
     grpo_reference: bool = knob(
         True, scope="grpo", help="a KL term to the warm-started reference (beta from step 13, retargeted when "
                                  "`adaptive_kl`); False: beta 0, no reference forward pass and no adaptive KL")
@@ -330,9 +324,9 @@ class Profile:
         if self.drift_train_instances < -1:
             raise ProfileError(f"profile {self.name!r}: drift_train_instances must be >= -1 (-1: all), got "
                                f"{self.drift_train_instances}")
-        for name in ("grpo_reinforced_share", "grpo_negative_scale"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ProfileError(f"profile {self.name!r}: {name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.grpo_reinforced_share <= 1.0:
+            raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
+                               f"{self.grpo_reinforced_share}")
         for knob in ("sft_search_drills", "sft_booking_drills", "sft_recovery_drills", "sft_year_turn_drills",
                      "sft_field_drills"):
             if getattr(self, knob) < 0:

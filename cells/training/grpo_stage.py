@@ -110,7 +110,6 @@ def build_stage_trainer(ctx: Any, stage: int, output_dir: Path, callbacks: list[
         success_advantage=ctx.profile.grpo_success_advantage,
         keep=ctx.profile.grpo_keep,
         step_advantage=ctx.profile.grpo_step_advantage,
-        negative_scale=ctx.profile.grpo_negative_scale,
         group_trace=str(Path(output_dir) / GROUP_TRACE),
         group_labels=pattern_set_labels(ctx.profile),
         callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
