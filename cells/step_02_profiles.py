@@ -133,16 +133,35 @@ RUN_OVERRIDES: tuple[str, ...] = ("model_id", "seed")
 
 def load_run_profile(run_dir: str | Path) -> Profile:
     """The profile a finished run used: the preset named in `<run_dir>/profile.json` with that run's `--model` and
-    `--seed` (`RUN_OVERRIDES`) and its `--set` changes (`knobs_set`, reapplied). Why not the preset alone: a
-    `--seed 2` run reloaded as its preset would rebuild the tiny model's cache under seed 1234's key and draw its
-    RNGs from the wrong seed; a `--set` run's controls would match another recipe."""
+    `--seed` (`RUN_OVERRIDES`) and its `--set` changes (`knobs_set`, reapplied), then every knob that shaped its
+    models (`trained_knobs`) as the file records it. Why not the preset alone: a `--seed 2` run reloaded as its
+    preset would rebuild the tiny model's cache under seed 1234's key and draw its RNGs from the wrong seed; a
+    `--set` run's controls would match another recipe; and presets change (a recipe chosen later), while a run's
+    models keep the knobs they were trained with. A knob the file lacks (added since) is at its declared default:
+    what the code did before the knob existed. Evaluation and bookkeeping knobs follow the preset."""
     path = Path(run_dir) / "profile.json"
     if not path.is_file():
         raise ProfileError(f"{path} is missing: run the pipeline (step 2 writes it) for {run_dir} first")
     saved = json.loads(path.read_text(encoding="utf-8"))
     profile = get_profile(saved["name"])
     profile = dataclasses.replace(profile, **{key: saved[key] for key in RUN_OVERRIDES if key in saved})
-    return with_knobs(profile, saved.get("knobs_set", []))
+    profile = with_knobs(profile, saved.get("knobs_set", []))
+    return dataclasses.replace(profile, **{f.name: _recorded(f, saved) for f in trained_knobs()})
+
+
+def trained_knobs() -> tuple[dataclasses.Field[Any], ...]:
+    """The `Profile` fields whose value shapes a run's trained models (scopes other than evaluation and run)."""
+    return tuple(f for f in dataclasses.fields(Profile) if f.metadata["scope"] not in ("evaluation", "run"))
+
+
+def _recorded(f: dataclasses.Field[Any], saved: dict[str, Any]) -> Any:
+    """Field `f`'s value as `profile.json` holds it (tuples and nested recipes restored), else its default."""
+    if f.name not in saved:
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    value = saved[f.name]
+    if f.name == "tiny" and isinstance(value, dict):
+        return TinyModelRecipe(**{k: _as_tuples(v) for k, v in value.items()})
+    return _as_tuples(value)
 
 
 def run(ctx: Context) -> Context:

@@ -23,11 +23,11 @@ def test_presets_exist_and_are_valid():
     # cpu-gen is cpu-rl on generated drift: its split and drift source only, so the two runs compare
     assert dataclasses.replace(get_profile("cpu-gen"), name="cpu-rl", drift_split="latin",
                                drift_source="handwritten") == get_profile("cpu-rl")
-    # cpu-rl is cpu-learn with a drift split (and dynamic sampling on success, only groups with a success contrast
-    # in the update, field drills), so the two runs compare
+    # cpu-rl is cpu-learn with a drift split and the split recipe (dynamic sampling on success, only groups with a
+    # success contrast in the update, field drills, a LoRA of rank 64), so the two runs compare
     assert dataclasses.replace(get_profile("cpu-rl"), name="cpu-learn", drift_split="", grpo_reinforced_share=0.5,
                                grpo_resample_rounds=0, grpo_resample_on="reward", grpo_keep="all",
-                               sft_field_drills=0.0) == get_profile("cpu-learn")
+                               sft_field_drills=0.0, lora_r=16, lora_alpha=32) == get_profile("cpu-learn")
     assert get_profile("cpu-rl").sft_field_drills == 0.15
     assert get_profile("cpu-smoke").is_cpu and not get_profile("colab-t4").is_cpu
     assert get_profile("cpu-gemma").is_cpu and get_profile("cpu-gemma").model_id is not None  # pretrained, on CPU
@@ -156,6 +156,24 @@ def test_set_changes_single_knobs_by_their_declared_types_and_the_run_keeps_them
     ctx = make_context("cpu-rl", tmp_path / "exp", seed=7, knobs=["grpo_resample_on=success"])
     assert load_run_profile(write_profile(ctx).run_dir) == dataclasses.replace(
         base, seed=7, grpo_resample_on="success", knobs_set=("grpo_resample_on=success",))
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_a_run_reloads_with_the_knobs_it_was_trained_with_even_after_its_preset_changed(tmp_path, name):
+    import json
+
+    preset = get_profile(name)
+    (tmp_path / "profile.json").write_text(json.dumps(dataclasses.asdict(preset)))
+    assert load_run_profile(tmp_path) == preset  # every preset round-trips through its profile.json
+    # trained with an older recipe (another LoRA, a knob added since missing from the file, another eval size)
+    older = dataclasses.asdict(preset) | {"lora_r": preset.lora_r * 2 + 1, "pass_k": preset.pass_k + 3}
+    del older["grpo_keep"]
+    (tmp_path / "profile.json").write_text(json.dumps(older))
+    reloaded = load_run_profile(tmp_path)
+    assert reloaded.lora_r == preset.lora_r * 2 + 1  # what its models were trained with, not today's preset
+    assert reloaded.grpo_keep == "all"  # the declared default: what the code did before the knob existed
+    assert reloaded.pass_k == preset.pass_k  # evaluation sizes follow the preset
+    assert reloaded.tiny == preset.tiny and reloaded.language_weights == preset.language_weights
 
 
 # ---------------------------------------------------------------------------------------------- documented knobs

@@ -7,6 +7,7 @@ profiles table). The runs that chose these values, with their figures, are in do
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from cells.profiles.profile import Profile, TinyModelRecipe
 
@@ -108,22 +109,33 @@ _CPU_LEARN = dataclasses.replace(
     probe_episodes_per_policy=100,  # the target of <= 1% per offence class is then one episode
 )
 
+# What cpu-rl and cpu-gen add to cpu-learn's recipe, chosen on development cases (docs/experiments/
+# 2026-12-05-field-drills.md, 2026-12-06-grpo-success-contrast.md, 2026-12-06-grpo-capacity.md); one home so the
+# two presets' runs compare.
+_SPLIT_RECIPE: dict[str, Any] = {
+    "grpo_reinforced_share": 0.7,  # GRPO's episodes lean towards the patterns only it meets
+    "grpo_resample_rounds": 2,  # groups without signal (reinforced seeds no sample solves) are replayed
+    "grpo_resample_on": "success",  # ...judged by success: all-fail or all-succeed groups rank only penalties
+    "grpo_keep": "success_contrast",  # only groups with a success and a failure pay for a backward pass
+    "sft_field_drills": 0.15,  # the general required-field repair, so a withheld one is reachable by sampling
+    # r=16 learnt a third to a half of what RAFT (every weight) learnt from the same warm start and seconds;
+    # r=64 (same alpha/r) twice as much at one seed, +10 points at another; r=128 no better than 64
+    "lora_r": 64,
+    "lora_alpha": 128,
+}
+
 PROFILES: dict[str, Profile] = {
     "cpu-smoke": _CPU_SMOKE,
     # cpu-smoke plus step 18's scripted players spoken and transcribed (needs espeak-ng + requirements-voice.txt)
     "cpu-voice": dataclasses.replace(_CPU_SMOKE, name="cpu-voice", voice_eval_per_cell=1),
     "cpu-learn": _CPU_LEARN,
-    # cpu-learn with the `latin` drift split and a GRPO recipe of its own; its oracle is this preset with
+    # cpu-learn with the `latin` drift split and the split recipe; its oracle is this preset with
     # `--set drift_split=""` (cpu-learn differs beyond the split: `splits --pool` lists how)
     "cpu-rl": dataclasses.replace(
         _CPU_LEARN,
         name="cpu-rl",
         drift_split="latin",  # some patterns never demonstrated: what GRPO adds where demonstrations stop
-        grpo_reinforced_share=0.7,  # GRPO's episodes lean towards the patterns only it meets
-        grpo_resample_rounds=2,  # groups without signal (reinforced seeds no sample solves) are replayed
-        grpo_resample_on="success",  # ...judged by success: all-fail or all-succeed groups rank only penalties
-        grpo_keep="success_contrast",  # only groups with a success and a failure pay for a backward pass
-        sft_field_drills=0.15,  # the general required-field repair, so a withheld one is reachable by sampling
+        **_SPLIT_RECIPE,
     ),
     # cpu-rl's recipe on generated drift: the `latin-gen` split holds out (a) latin's patterns as cpu-rl does, (b) whole
     # family x vendor cells and (c) parameter values; `--set drift_train_instances=N` sets the generalisation curve's
@@ -133,11 +145,7 @@ PROFILES: dict[str, Profile] = {
         name="cpu-gen",
         drift_split="latin-gen",  # latin's hold-outs plus held-out family x vendor cells and parameter values
         drift_source="both",  # the warm start and GRPO also meet the families' training instances
-        grpo_reinforced_share=0.7,  # as cpu-rl
-        grpo_resample_rounds=2,  # as cpu-rl
-        grpo_resample_on="success",  # as cpu-rl
-        grpo_keep="success_contrast",  # as cpu-rl
-        sft_field_drills=0.15,  # as cpu-rl
+        **_SPLIT_RECIPE,
     ),
     "cpu-gemma": _CPU_GEMMA,
     # Unsloth installed as the notebook's Colab cell does (`--no-deps` on top of requirements.txt)
