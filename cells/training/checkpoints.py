@@ -277,7 +277,8 @@ def check_reusable(path: str | Path, knobs: dict[str, Any], what: str) -> Checkp
     Reads only the small JSON sidecar, never weights, so a run dir of another profile (other
     tensor shapes) is refused before peft could fail on it. A sidecar without recorded knobs
     (written before provenance existed) or no sidecar at all is refused the same way. A knob added to
-    `Profile` after the sidecar was written counts as unchanged while this run leaves it at its default.
+    `Profile` after the sidecar was written counts as unchanged while this run leaves it at its default, and so
+    does one the sidecar recorded that this stage no longer reads (`no_longer_read`).
     """
     meta_path = Path(path) / META_NAME
     if not meta_path.is_file():
