@@ -1,4 +1,4 @@
-"""What each model of a run cost, side by side: GRPO and its equal-compute controls (issue 59, item 4).
+"""What each model of a run cost, side by side: GRPO and its equal-compute controls.
 
 The controls are given GRPO's compute: the CPU seconds of its optimiser steps, rollouts included
 (`training.metrics.grpo_compute_seconds`). Equal seconds can buy very different training, so each row says what
