@@ -157,7 +157,9 @@ def trained_knobs() -> tuple[dataclasses.Field[Any], ...]:
 def _recorded(f: dataclasses.Field[Any], saved: dict[str, Any]) -> Any:
     """Field `f`'s value as `profile.json` holds it (tuples and nested recipes restored), else its default."""
     if f.name not in saved:
-        return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            return f.default_factory()
+        return f.default
     value = saved[f.name]
     if f.name == "tiny" and isinstance(value, dict):
         return TinyModelRecipe(**{k: _as_tuples(v) for k, v in value.items()})
