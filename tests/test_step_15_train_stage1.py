@@ -952,7 +952,7 @@ def test_where_a_runs_gradient_and_seconds_went_per_stage_and_per_pattern(tmp_pa
     from cells.training.metrics import COLUMNS, logs_to_row
     from cells.training.signal import GROUP_TRACE
 
-    (tmp_path / "profile.json").write_text(json.dumps({"name": "cpu-rl", "seed": 1234}))
+    (tmp_path / "profile.json").write_text(json.dumps(dataclasses.asdict(get_profile("cpu-rl"))))  # as step 2 writes it
     training = tmp_path / "training"
     (training / "stage2").mkdir(parents=True)
     step = {"groups/contrast_frac": 0.5, "episodes/contrast_frac": 0.5, "tokens/contrast_frac": 0.6,

@@ -4,13 +4,15 @@
   with 95% whiskers, pooled over seeds (matplotlib on an Agg canvas; no pyplot state).
 - `pooled_markdown(pooled, words, image)`: the tables of the docs block `splits:pooled`: success pooled,
   paired differences pooled and per seed, calibration on the withheld sets, success per drift kind and per
-  language, and the experiment's targets. Every number comes from `pooled`.
+  language, what each model's training cost and bought per seed, and the experiment's targets. Every number comes
+  from `pooled`.
+- `compute_markdown(rows, words, run)`: the table of what each model's training bought (also a single run's).
 `words` names models in prose (`cells.experiments.drift_split.MODEL_WORDS`); a model it lacks keeps its key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,10 +162,27 @@ def _calibration_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list
             *_table(["model", "ECE pooled", "Brier pooled", "ECE per seed", "turns per success"], rows), ""]
 
 
+def _count(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def compute_markdown(rows: Sequence[Mapping[str, Any]], words: Mapping[str, str],
+                     run: str | None = None) -> list[str]:
+    """A markdown table of what each model's training cost and bought (`experiments.compute.MethodCompute`
+    rows as dicts), prefixed by a `run` column when given."""
+    head = (["run"] if run is not None else []) + ["model", "seconds", "episodes played", "sequences trained",
+                                                   "tokens trained"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = ([run] if run is not None else []) + [
+            words.get(r["model"], r["model"]), f"{r['seconds']:,.0f} ({r['measure']})", _count(r["episodes"]),
+            _count(r["examples"]), _count(r["tokens_trained"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def _compute_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str]:
     """Per seed, what each model's training cost and bought (runs evaluated before `splits` recorded it: none)."""
-    from cells.evaluation.compute import compute_markdown
-
     tables = [compute_markdown(r["compute"], words, run=r["run"]) for r in pooled["runs"] if r.get("compute")]
     if not tables:
         return []

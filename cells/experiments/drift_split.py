@@ -119,11 +119,11 @@ def recipe_knobs(profile: Any) -> dict[str, Any]:
 
 def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = None) -> dict[str, Any]:
     """Play the run's models on `per_set` held-out cases per pattern set; write and return `eval_splits.json`."""
-    from cells.evaluation.compute import run_compute
     from cells.evaluation.records import save_records_jsonl
     from cells.evaluation.runner import make_spec, run_model
     from cells.evaluation.split_pool import EVAL_FILE, RECORDS_FILE, tag
     from cells.evaluation.splits import eval_sets
+    from cells.experiments.compute import run_compute
     from cells.step_06_drift import drift_split
 
     if per_set < 1:
@@ -191,9 +191,9 @@ def splits_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {which} | " + " | ".join(_secondary(block, m) for m in models) + " |")
     lines += _unseen_groups(sets)
     if result.get("compute"):
-        from cells.evaluation.compute import compute_markdown
+        from cells.evaluation.split_report import compute_markdown
 
-        lines += ["", "What each model's training after the warm start cost and bought (`cells/evaluation/compute.py`):",
+        lines += ["", "What each model's training after the warm start cost and bought (`cells/experiments/compute.py`):",
                   "", *compute_markdown(result["compute"], MODEL_WORDS)]
     text = "\n".join(lines)
     for m in models:

@@ -168,7 +168,7 @@ def contrast_metrics(row_groups: Sequence[int], contrast: Sequence[bool], tokens
     (`groups/contrast_frac`), of this process's episodes and model tokens in such groups (`episodes/contrast_frac`,
     `tokens/contrast_frac`), and of its model tokens that reach the update (`tokens/updated_frac`; their count,
     `tokens/updated`, and of those episodes, `episodes/updated`: what the step trained on, beside what the
-    equal-compute controls train on, `cells/evaluation/compute.py`)."""
+    equal-compute controls train on, `cells/experiments/compute.py`)."""
     total = sum(tokens) or 1
     in_contrast = [r for r, g in enumerate(row_groups) if contrast[g]]
     updated = sum(tokens[r] for r in kept)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from cells.evaluation import compute
+from cells.evaluation.split_report import compute_markdown
+from cells.experiments import compute
 from cells.experiments.drift_split import MODEL_WORDS
 from cells.step_02_profiles import get_profile
 from cells.training.metrics import _write_all, logs_to_row
@@ -37,7 +38,7 @@ def test_grpo_and_both_controls_report_seconds_episodes_sequences_and_tokens_tra
     assert (grpo.seconds, grpo.measure, grpo.episodes, grpo.examples, grpo.tokens_trained) == (30.0, "cpu", 40, 24, 2000)
     assert (sft.seconds, sft.measure, sft.episodes, sft.examples, sft.tokens_trained) == (29.5, "cpu", None, 300, 40_000)
     assert (raft.seconds, raft.episodes, raft.examples, raft.tokens_trained) == (31.0, 96, 12, 2_500)
-    table = compute.compute_markdown([r.to_dict() for r in rows], MODEL_WORDS, run="cpu-gen")
+    table = compute_markdown([r.to_dict() for r in rows], MODEL_WORDS, run="cpu-gen")
     assert table[2] == "| cpu-gen | after GRPO | 30 (cpu) | 40 | 24 | 2,000 |"
     assert table[3] == "| cpu-gen | SFT-only control | 30 (cpu) | — | 300 | 40,000 |"
 

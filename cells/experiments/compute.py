@@ -13,13 +13,13 @@ tokens a loss reached in a backward pass:
 - RAFT control (`eval_raft_control.json`): the labelled tokens of the kept (successful) episodes among those it
   sampled.
 
-`splits` writes the rows into `eval_splits.json` (`compute`), so pooled seeds report them per seed.
+`splits` writes the rows into `eval_splits.json` (`compute`), so pooled seeds report them per seed
+(`evaluation.split_report.compute_markdown` draws the table).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -88,21 +88,3 @@ def run_compute(run_dir: Path) -> list[MethodCompute]:
     """The rows of every method the run trained: GRPO, then the controls that ran."""
     rows = (grpo_compute(run_dir), sft_control_compute(run_dir), raft_compute(run_dir))
     return [r for r in rows if r is not None]
-
-
-def _count(value: int | None) -> str:
-    return "—" if value is None else f"{value:,}"
-
-
-def compute_markdown(rows: Sequence[Mapping[str, Any]], words: Mapping[str, str],
-                     run: str | None = None) -> list[str]:
-    """A markdown table of `rows` (`MethodCompute.to_dict()`s), prefixed by a `run` column when given."""
-    head = (["run"] if run is not None else []) + ["model", "seconds", "episodes played", "sequences trained",
-                                                   "tokens trained"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = ([run] if run is not None else []) + [
-            words.get(r["model"], r["model"]), f"{r['seconds']:,.0f} ({r['measure']})", _count(r["episodes"]),
-            _count(r["examples"]), _count(r["tokens_trained"])]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
