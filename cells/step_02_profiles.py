@@ -126,27 +126,21 @@ def knobs_markdown() -> str:
     return _markdown_table(("knob", "default", "scope", "what it sets"), rows) + "\nScopes:\n\n" + scopes
 
 
-# The fields `python -m cells run` may change on a preset (`--model`, `--seed`: `pipeline.make_context`); a finished
-# run's profile is its preset with these taken from its `profile.json`.
-RUN_OVERRIDES: tuple[str, ...] = ("model_id", "seed")
-
-
 def load_run_profile(run_dir: str | Path) -> Profile:
-    """The profile a finished run used: the preset named in `<run_dir>/profile.json` with that run's `--model` and
-    `--seed` (`RUN_OVERRIDES`) and its `--set` changes (`knobs_set`, reapplied), then every knob that shaped its
-    models (`trained_knobs`) as the file records it. Why not the preset alone: a `--seed 2` run reloaded as its
-    preset would rebuild the tiny model's cache under seed 1234's key and draw its RNGs from the wrong seed; a
-    `--set` run's controls would match another recipe; and presets change (a recipe chosen later), while a run's
-    models keep the knobs they were trained with. A knob the file lacks (added since) is at its declared default:
-    what the code did before the knob existed. Evaluation and bookkeeping knobs follow the preset."""
+    """The profile a finished run used: the preset named in `<run_dir>/profile.json` with every knob that shaped
+    its models (`trained_knobs`: its `--model`, `--seed` and recipe included) as the file records it, then its
+    `--set` changes (`knobs_set`, reapplied, which also restores the evaluation knobs it set). Why not the preset
+    alone: a `--seed 2` run reloaded as its preset would rebuild the tiny model's cache under seed 1234's key and
+    draw its RNGs from the wrong seed; a `--set` run's controls would match another recipe; and presets change (a
+    recipe chosen later), while a run's models keep the knobs they were trained with. A knob the file lacks (added
+    since) is at its declared default: what the code did before the knob existed. Evaluation and bookkeeping
+    knobs not `--set` follow the preset."""
     path = Path(run_dir) / "profile.json"
     if not path.is_file():
         raise ProfileError(f"{path} is missing: run the pipeline (step 2 writes it) for {run_dir} first")
     saved = json.loads(path.read_text(encoding="utf-8"))
-    profile = get_profile(saved["name"])
-    profile = dataclasses.replace(profile, **{key: saved[key] for key in RUN_OVERRIDES if key in saved})
-    profile = with_knobs(profile, saved.get("knobs_set", []))
-    return dataclasses.replace(profile, **{f.name: _recorded(f, saved) for f in trained_knobs()})
+    trained = {f.name: _recorded(f, saved) for f in trained_knobs()}
+    return with_knobs(dataclasses.replace(get_profile(saved["name"]), **trained), saved.get("knobs_set", []))
 
 
 def trained_knobs() -> tuple[dataclasses.Field[Any], ...]:
