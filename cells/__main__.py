@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_splits.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
     p_splits.add_argument("--pool", nargs="+", metavar="RUN_DIR", default=None,
                           help="pool these runs' saved split records over seeds, playing nothing "
-                               "(docs/results/splits_pooled.json; with --docs also the plot and docs block)")
+                               "(docs/results/splits_pooled_<split>.json; with --docs also the plot and docs block)")
     p_splits.add_argument("--oracle", default=None, metavar="RUN_DIR",
                           help="with --pool: a run with every pattern demonstrated, evaluated with --split")
     p_splits.add_argument("--out", default=None, metavar="JSON",

@@ -6,7 +6,7 @@
 - Every relative link in README.md and in `docs/*.md` resolves, anchors included, and every
   `docs/design.md#...` reference in the code names a section that exists.
 - The README's results-at-a-glance block is what `python -m cells results` writes from `docs/results.md`, and its
-  split glance what `python -m cells splits --pool --docs` writes from `docs/results/splits_pooled.json`.
+  split glance what `python -m cells splits --pool --docs` writes from one of `docs/results/splits_pooled_*.json`.
 - The README's Python example runs as written, and every `README "Section"` a file points to is a README heading.
 """
 
@@ -127,14 +127,16 @@ def test_the_readme_split_glance_is_what_the_pooled_splits_command_writes():
     import json
 
     from cells.evaluation import docblocks
-    from cells.experiments.drift_split import GLANCE, POOLED_JSON, glance_block
+    from cells.experiments.drift_split import GLANCE, glance_block, published_pools
 
     written = docblocks.block_body(README.read_text(encoding="utf-8"), GLANCE)
     assert written is not None, f"README.md lost its {GLANCE} markers"
-    pooled = json.loads((ROOT / POOLED_JSON).read_text(encoding="utf-8"))
-    expected = docblocks.block_body(glance_block(pooled), GLANCE)
     strip_date = re.compile(r" on \d{4}-\d{2}-\d{2} \(UTC\)")
-    assert strip_date.sub("", written) == strip_date.sub("", expected), (
+    # the glance shows the pool published last, whichever split's
+    expected = [strip_date.sub("", docblocks.block_body(glance_block(json.loads(p.read_text(encoding="utf-8"))), GLANCE))
+                for p in published_pools(ROOT / "docs" / "results")]
+    assert expected, "no published pool under docs/results/"
+    assert strip_date.sub("", written) in expected, (
         "the README's split glance is stale: run `python -m cells splits --pool ... --docs`")
     assert written.count("\n") + 2 <= 15
 
@@ -180,17 +182,23 @@ def test_a_missing_block_is_named_with_the_markers_to_add():
 def test_the_pooled_split_results_recompute_from_the_records_kept_in_the_repository(tmp_path):
     import json
 
-    from cells.experiments.drift_split import POOLED_JSON, pool_splits
+    from cells.experiments.drift_split import pool_splits, published_pools
 
-    pooled = json.loads((ROOT / POOLED_JSON).read_text(encoding="utf-8"))
-    dirs = [r["dir"] for r in pooled["runs"]] + ([pooled["oracle"]["dir"]] if pooled.get("oracle") else [])
-    missing = [d for d in dirs if not (ROOT / d).is_dir()]
-    assert not missing, (f"{POOLED_JSON} was pooled from run directories the repository lacks ({missing}): pool with "
-                         "`python -m cells splits --pool ... --docs`, which keeps their records in docs/results/splits/")
-    again = pool_splits([ROOT / r["dir"] for r in pooled["runs"]],
-                        ROOT / pooled["oracle"]["dir"] if pooled.get("oracle") else None, out=tmp_path / "again.json")
-    again = json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))
-    assert again["sets"] == pooled["sets"] and again["targets"] == pooled["targets"]
+    pools = published_pools(ROOT / "docs" / "results")
+    assert pools, "no published pool under docs/results/"
+    for path in pools:
+        pooled = json.loads(path.read_text(encoding="utf-8"))
+        assert path.name == f"splits_pooled_{pooled['split']}.json"
+        dirs = [r["dir"] for r in pooled["runs"]] + ([pooled["oracle"]["dir"]] if pooled.get("oracle") else [])
+        missing = [d for d in dirs if not (ROOT / d).is_dir()]
+        assert not missing, (f"{path} was pooled from run directories the repository lacks ({missing}): pool with "
+                             "`python -m cells splits --pool ... --docs`, which keeps their records in "
+                             "docs/results/splits/")
+        again_path = tmp_path / path.name
+        pool_splits([ROOT / r["dir"] for r in pooled["runs"]],
+                    ROOT / pooled["oracle"]["dir"] if pooled.get("oracle") else None, out=again_path)
+        again = json.loads(again_path.read_text(encoding="utf-8"))
+        assert again["sets"] == pooled["sets"] and again["targets"] == pooled["targets"]
 
 
 def test_the_readmes_python_example_runs_as_written(capsys):

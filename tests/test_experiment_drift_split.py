@@ -212,10 +212,12 @@ def test_pool_over_seeds_reads_records_pairs_within_seeds_and_writes_json(tmp_pa
     assert cal["pooled"]["warm_start"]["n"] == 240 and cal["pooled"]["warm_start"]["ece"] > 0.4
     assert [t["status"] for t in pooled["targets"]] == ["PASS", "PASS", "PASS", "PASS"]
     assert pooled == splits.pool_splits(runs, oracle, out=tmp_path / "again.json")  # seeded: identical
-    published = splits.POOLED_JSON.read_text(encoding="utf-8") if splits.POOLED_JSON.is_file() else None
+    published_json = splits.pooled_json(pooled["split"])
+    assert published_json.name == "splits_pooled_latin.json"  # one published pool per split
+    published = published_json.read_text(encoding="utf-8") if published_json.is_file() else None
     assert splits.main(["--pool", *map(str, runs), "--oracle", str(oracle), "--out", str(tmp_path / "gen.json")]) == 0
     assert json.loads((tmp_path / "gen.json").read_text()) == pooled  # another experiment's pooling, kept apart
-    assert (splits.POOLED_JSON.read_text(encoding="utf-8") if splits.POOLED_JSON.is_file() else None) == published
+    assert (published_json.read_text(encoding="utf-8") if published_json.is_file() else None) == published
     with pytest.raises(SystemExit):
         splits.main(["--out", str(tmp_path / "x.json")])
 
@@ -338,14 +340,22 @@ def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
     pooled = splits.pool_splits(_three_runs(tmp_path / "runs", n=20), out=tmp_path / "pooled.json")
     docs, png = tmp_path / "docs" / "results.md", tmp_path / "docs" / "results" / "splits_pooled.png"
     docs.parent.mkdir()
-    docs.write_text("# Results\n\nbefore\n\n<!-- splits:pooled:begin old -->\nstale\n<!-- splits:pooled:end -->\n\nafter\n")
+    docs.write_text("# Results\n\nbefore\n\n<!-- splits:pooled:latin:begin old -->\nstale\n"
+                    "<!-- splits:pooled:latin:end -->\n\nafter\n")
     splits.write_pooled_docs(pooled, docs, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     first = docs.read_text()
     splits.write_pooled_docs(pooled, docs, png)
-    assert docs.read_text() == first and first.count("splits:pooled:begin") == 1 and "stale" not in first
-    assert first.startswith("# Results\n\nbefore\n\n<!-- splits:pooled:begin") and first.endswith("\n\nafter\n")
+    assert docs.read_text() == first and first.count("splits:pooled:latin:begin") == 1 and "stale" not in first
+    assert first.startswith("# Results\n\nbefore\n\n<!-- splits:pooled:latin:begin") and first.endswith("\n\nafter\n")
     assert "![success per pattern set, pooled over seeds](results/splits_pooled.png)" in first
+    # another split's pool gets its own block: publishing it leaves this one as it was
+    other_png = png.with_name("splits_pooled_other.png")
+    splits.write_pooled_docs({**pooled, "split": "latin-gen"}, docs, other_png)
+    both = docs.read_text()
+    assert both.startswith(first.rstrip("\n")) and both.count("splits:pooled:latin-gen:begin") == 1
+    assert "(results/splits_pooled_other.png)" in both and other_png.is_file()
+    docs.write_text(first)
     readme = tmp_path / "README.md"
     readme.write_text("# X\n\n<!-- splits:glance:begin -->\n<!-- splits:glance:end -->\n\nrest\n")
     splits.write_pooled_docs(pooled, docs, png, readme=readme)

@@ -290,6 +290,7 @@ def pool(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: in
         which in oracle.records and oracle.cases(which) == first.cases(which) for which in first.records)
     out: dict[str, Any] = {
         "split": first.split, "trained_with_split": first.trained_with_split, "per_set": first.per_set,
+        "profile": (first.recipe or {}).get("profile"),  # the seeds' preset; None where recipes are not recorded
         "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed, "compute": list(r.compute)} for r in runs],
         "models": models,
         "oracle": None if oracle is None else {

@@ -2,7 +2,7 @@
 
 - `plot_pooled(pooled, path, words)`: success per pattern set (x) for every model and the oracle, grouped bars
   with 95% whiskers, pooled over seeds (matplotlib on an Agg canvas; no pyplot state).
-- `pooled_markdown(pooled, words, image)`: the tables of the docs block `splits:pooled`: success pooled,
+- `pooled_markdown(pooled, words, image)`: the tables of the docs block `splits:pooled:<split>`: success pooled,
   paired differences pooled and per seed, calibration on the withheld sets, success per drift kind and per
   language, what each model's training cost and bought per seed, and the experiment's targets. Every number comes
   from `pooled`.
@@ -192,7 +192,7 @@ def _compute_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list[str
 
 
 def pooled_markdown(pooled: dict[str, Any], words: Mapping[str, str], image: str | None = None) -> str:
-    """The body of the docs block `splits:pooled`; `image` is the plot's path relative to the docs file."""
+    """The body of the docs block `splits:pooled:<split>`; `image` is the plot's path relative to the docs file."""
     names = [words.get(m, m) for m in pooled["models"]]
     lines = _intro(pooled, words, image) + _success_lines(pooled, words) + _paired_lines(pooled, words)
     lines += _calibration_lines(pooled, words) + _compute_lines(pooled, words)
@@ -210,7 +210,11 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-GLANCE_LINK = "docs/results.md#cpu-rl-what-grpo-adds-where-demonstrations-stop"
+
+
+def pooled_block(split: str) -> str:
+    """The name of the docs block of `split`'s pool (one per split)."""
+    return f"splits:pooled:{split}"
 
 
 def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
@@ -224,13 +228,15 @@ def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
             for w, b in sets.items()]
     passed = sum(t["status"] == "PASS" for t in pooled["targets"])
     seeds = len(pooled["runs"])
-    intro = (f"What GRPO adds where demonstrations stop (`cpu-rl`, drift split `{pooled['split']}`): "
+    preset = f"`{pooled['profile']}`, " if pooled.get("profile") else ""
+    intro = (f"What GRPO adds where demonstrations stop ({preset}drift split `{pooled['split']}`): "
              f"{pooled['per_set']} held-out drifted episodes per pattern set and model, pooled over {seeds} training "
              f"seed{'s' if seeds != 1 else ''}, greedy.")
     return "\n".join([intro, "", *_table(head, rows), "", _per_seed_gain_sentence(pooled, "reinforced"),
                       _verdict_sentence(pooled, "reinforced", words),
                       f"{passed} of {len(pooled['targets'])} of the experiment's targets pass. Per seed, per pattern, "
-                      f"calibration, the controls: [docs/results.md]({GLANCE_LINK})."])
+                      f"calibration, the controls: block `{pooled_block(pooled['split'])}` of "
+                      "[docs/results.md](docs/results.md)."])
 
 
 def _verdict_sentence(pooled: dict[str, Any], which: str, words: Mapping[str, str]) -> str:

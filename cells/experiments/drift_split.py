@@ -18,10 +18,12 @@ recipe on development cases (`python -m cells diagnose --reach`).
 
 `python -m cells splits --pool runs/cpu-rl runs/cpu-rl-s1235 runs/cpu-rl-s1236 [--oracle runs/cpu-learn]
 [--docs]` plays nothing: it pools the runs' saved records over training seeds (paired bootstrap resampling
-within each seed; `cells.evaluation.split_pool`) into `docs/results/splits_pooled.json`, refusing runs of
-another split or case list and runs without records (naming the command that makes them); with `--docs` it also
-draws `docs/results/splits_pooled.png` and writes the block `splits:pooled` of `docs/results.md` with the
-tables, the per-seed rows, calibration and the experiment's targets (`cells.evaluation.split_report`). Seconds.
+within each seed; `cells.evaluation.split_pool`) into `docs/results/splits_pooled_<split>.json`, refusing runs
+of another split or case list and runs without records (naming the command that makes them); with `--docs` it
+also draws `docs/results/splits_pooled_<split>.png`, writes the block `splits:pooled:<split>` of
+`docs/results.md` with the tables, the per-seed rows, calibration and the experiment's targets
+(`cells.evaluation.split_report`) and the README's glance from this pool. One pool per split, so pooling
+`cpu-gen`'s seeds leaves `cpu-rl`'s published. Seconds.
 With `--docs` it first archives each run's records (gzipped, with `eval_splits.json`) under
 `docs/results/splits/<run>/` and pools from there, so the docs name a command a fresh clone reruns:
 `python -m cells splits --pool docs/results/splits/cpu-rl ... --docs`.
@@ -233,8 +235,7 @@ def write_docs(result: dict[str, Any], run_dir: Path, docs: Path = Path("docs/re
     return write_block(docs, f"splits:{result['run']}", block)
 
 
-POOLED_JSON = Path("docs/results/splits_pooled.json")
-POOLED_PNG = Path("docs/results/splits_pooled.png")
+POOLED_DIR = Path("docs/results")
 SPLITS_ARCHIVE = Path("docs/results/splits")  # `--pool --docs` keeps each pooled run's records here
 
 
@@ -248,11 +249,27 @@ def archive_runs(run_dirs: list[Path], oracle_dir: Path | None, root: Path = SPL
             archive_split_run(Path(oracle_dir), root) if oracle_dir else None)
 
 
-def pool_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path = POOLED_JSON) -> dict[str, Any]:
-    """Pool the saved split records of `run_dirs` (one per training seed) and the oracle's; write `out`."""
+def pooled_json(split: str, root: Path = POOLED_DIR) -> Path:
+    """Where the published pool of `split`'s runs goes: one per split."""
+    return root / f"splits_pooled_{split}.json"
+
+
+def pooled_png(split: str, root: Path = POOLED_DIR) -> Path:
+    return root / f"splits_pooled_{split}.png"
+
+
+def published_pools(root: Path = POOLED_DIR) -> list[Path]:
+    """Every published pool's JSON, one per split."""
+    return sorted(root.glob("splits_pooled_*.json"))
+
+
+def pool_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Pool the saved split records of `run_dirs` (one per training seed) and the oracle's; write `out` (default
+    the split's published pool, `pooled_json`)."""
     from cells.evaluation.split_pool import load_split_run, pool
 
     pooled = pool([load_split_run(Path(d)) for d in run_dirs], load_split_run(Path(oracle_dir)) if oracle_dir else None)
+    out = out or pooled_json(pooled["split"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(pooled, indent=1) + "\n", encoding="utf-8")
     return pooled
@@ -276,22 +293,25 @@ def glance_block(pooled: dict[str, Any]) -> str:
                   run_command=pool_command(pooled), commit="")
 
 
-def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path = POOLED_PNG,
+def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path | None = None,
                       readme: Path | None = None) -> Path:
-    """Draw `png` and rewrite (or append) the block `splits:pooled` of `docs`, the plot embedded; with `readme`,
-    also its block `splits:glance` (which must exist there: the README's order is written by hand)."""
+    """Draw `png` (default the split's, `pooled_png`) and rewrite (or append) the block `splits:pooled:<split>` of
+    `docs`, the plot embedded; with `readme`, also its block `splits:glance` (which must exist there: the README's
+    order is written by hand)."""
     import os
 
     from cells.evaluation.docblocks import render, write_block
-    from cells.evaluation.split_report import plot_pooled, pooled_markdown
+    from cells.evaluation.split_report import plot_pooled, pooled_block, pooled_markdown
 
+    png = png or pooled_png(pooled["split"])
     plot_pooled(pooled, png, MODEL_WORDS)
     image = Path(os.path.relpath(png, docs.parent)).as_posix()
-    block = render("splits:pooled", "python -m cells splits --pool --docs", pooled_markdown(pooled, MODEL_WORDS, image),
+    name = pooled_block(pooled["split"])
+    block = render(name, "python -m cells splits --pool --docs", pooled_markdown(pooled, MODEL_WORDS, image),
                    run_command=pool_command(pooled))
     if readme is not None:
         write_block(readme, GLANCE, glance_block(pooled), append=False)
-    return write_block(docs, "splits:pooled", block)
+    return write_block(docs, name, block)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
     parser.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
     parser.add_argument("--pool", nargs="+", metavar="RUN_DIR", default=None,
-                        help=f"pool these runs' saved records over seeds (no play) into {POOLED_JSON}")
+                        help=f"pool these runs' saved records over seeds (no play) into {pooled_json('<split>')}")
     parser.add_argument("--oracle", default=None, metavar="RUN_DIR",
                         help="with --pool: a run with every pattern demonstrated, evaluated on the same split")
     parser.add_argument("--out", default=None, metavar="JSON",
-                        help=f"with --pool and without --docs: where the pooled JSON goes (default {POOLED_JSON}); "
+                        help=f"with --pool and without --docs: where the pooled JSON goes (default {pooled_json('<split>')}); "
                              "another experiment's pooling, kept beside the published one")
     args = parser.parse_args(argv)
     if args.oracle and not args.pool:
@@ -318,13 +338,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.docs:
             runs, oracle = archive_runs(runs, oracle)
             print(f"archived the records under {SPLITS_ARCHIVE}: pooling from there")
-        out = Path(args.out) if args.out else POOLED_JSON
-        pooled = pool_splits(runs, oracle, out)
-        print(f"wrote {out}")
+        pooled = pool_splits(runs, oracle, Path(args.out) if args.out else None)
+        print(f"wrote {Path(args.out) if args.out else pooled_json(pooled['split'])}")
         for t in pooled["targets"]:
             print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
         if args.docs:
-            print(f"wrote {write_pooled_docs(pooled, readme=Path('README.md'))}, {POOLED_PNG} and README.md")
+            print(f"wrote {write_pooled_docs(pooled, readme=Path('README.md'))}, {pooled_png(pooled['split'])} and "
+                  "README.md")
         return 0
     result = evaluate_split(Path(args.run_dir), args.per_set, args.split)
     print(splits_markdown(result))
