@@ -210,7 +210,12 @@ def test_pool_over_seeds_reads_records_pairs_within_seeds_and_writes_json(tmp_pa
     cal = pooled["calibration_withheld"]
     assert cal["sets"] == ["reinforced", "unseen"] and cal["pooled"]["trained"]["ece"] == 0.0
     assert cal["pooled"]["warm_start"]["n"] == 240 and cal["pooled"]["warm_start"]["ece"] > 0.4
-    assert [t["status"] for t in pooled["targets"]] == ["PASS", "PASS", "PASS", "PASS"]
+    statuses = {t["id"]: t["status"] for t in pooled["targets"]}
+    assert statuses == {"reinforced_vs_warm_start": "PASS", "reinforced_vs_sft_control": "PASS",
+                        "reinforced_vs_raft_control": "NO DATA", "demonstrated_regression": "PASS",
+                        "reinforced_above_raft": "NO DATA", "reinforced_gap_to_oracle": "MISS", "ece_withheld": "PASS"}
+    gap = next(t for t in pooled["targets"] if t["id"] == "reinforced_gap_to_oracle")
+    assert gap["measured"].startswith("36.4% of 55.0 points (warm start 40.0%, GRPO 60.0%, oracle 95.0%)")
     assert pooled == splits.pool_splits(runs, oracle, out=tmp_path / "again.json")  # seeded: identical
     published_json = splits.pooled_json(pooled["split"])
     assert published_json.name == "splits_pooled_latin.json"  # one published pool per split
@@ -262,12 +267,19 @@ def test_pool_refuses_other_cases_other_splits_and_runs_without_records(tmp_path
     assert not (tmp_path / "p.json").exists()
 
 
-def _pooled_for_targets(diffs, per_seed, ece_after=0.03, ece_before=0.1):
-    """A minimal pooled result: `diffs[(set, pair)]` = (value, low) pooled, per seed the same value each."""
+def _pooled_for_targets(diffs, per_seed, ece_after=0.03, ece_before=0.1, success=None, oracle=None):
+    """A minimal pooled result: `diffs[(set, pair)]` = (value, low) pooled; `per_seed` each seed's (value, low),
+    or its value alone (low then half the value); `success` {model: reinforced pooled success}, `oracle` the
+    oracle's."""
+    seeds = [x if isinstance(x, tuple) else (x, x / 2) for x in per_seed]
     sets: dict = {w: {"paired": {}} for w in SETS}
     for (which, pair), (value, low) in diffs.items():
         sets[which]["paired"][pair] = {"pooled": {"diff": {"value": value, "low": low, "high": value + 0.1}},
-                                       "per_run": {f"r{i}": {"diff": {"value": v}} for i, v in enumerate(per_seed)}}
+                                       "per_run": {f"r{i}": {"diff": {"value": v, "low": lo, "high": v + 0.1}}
+                                                   for i, (v, lo) in enumerate(seeds)}}
+    sets["reinforced"]["success"] = {m: {"pooled": {"value": v}} for m, v in (success or {}).items()}
+    if oracle is not None:
+        sets["reinforced"]["oracle"] = {"trained": {"value": oracle}}
     return {"sets": sets, "calibration_withheld": {"pooled": {"trained": {"ece": ece_after},
                                                               "warm_start": {"ece": ece_before}}}}
 
@@ -275,16 +287,36 @@ def _pooled_for_targets(diffs, per_seed, ece_after=0.03, ece_before=0.1):
 @pytest.mark.parametrize(("gain", "low", "per_seed", "status"), [
     (0.1 - 1e-12, 0.01, (0.1, 0.1, 0.1), "PASS"),  # at +10 points (a mean of 0/1 pairs lands a hair below)
     (0.09, 0.01, (0.09, 0.09, 0.09), "MISS"),  # below
-    (0.2, 0.0, (0.2, 0.2, 0.2), "MISS"),  # CI touches 0
+    (0.2, 0.05, (0.3, 0.3, (0.1, 0.0)), "MISS"),  # one seed's interval touches 0
     (0.2, 0.05, (0.3, 0.3, -0.01), "MISS"),  # one seed negative
     (0.2, 0.05, (0.2, 0.2), "MISS"),  # two seeds of three
 ])
-def test_reinforced_target_needs_ten_points_a_ci_above_zero_and_each_seed_positive(gain, low, per_seed, status):
+def test_reinforced_target_needs_ten_points_pooled_and_a_ci_above_zero_at_each_seed(gain, low, per_seed, status):
     pooled = _pooled_for_targets({("reinforced", "trained - warm_start"): (gain, low)}, per_seed)
     rows = {t["id"]: t for t in split_pool.targets(pooled)}
     assert rows["reinforced_vs_warm_start"]["status"] == status
     assert rows["reinforced_vs_sft_control"]["status"] == "NO DATA"
     assert ("2 of 3 seeds" in rows["reinforced_vs_warm_start"]["note"]) == (len(per_seed) == 2)
+
+
+@pytest.mark.parametrize(("value", "low", "statuses"), [
+    (0.0, -0.029, ("PASS", "MISS")),  # level, the lower bound inside -3 points
+    (0.01, -0.031, ("MISS", "MISS")),  # ahead, but the interval reaches below -3 points
+    (-0.005, 0.01, ("MISS", "PASS")),  # (a degenerate interval) below 0 pooled
+    (0.05, 0.01, ("PASS", "PASS")),  # the goal beyond: the interval above 0
+])
+def test_the_raft_targets_read_the_pooled_difference_and_its_lower_bound(value, low, statuses):
+    pooled = _pooled_for_targets({("reinforced", "trained - raft_control"): (value, low)}, (value,) * 3)
+    rows = {t["id"]: t for t in split_pool.targets(pooled)}
+    assert (rows["reinforced_vs_raft_control"]["status"], rows["reinforced_above_raft"]["status"]) == statuses
+
+
+@pytest.mark.parametrize(("warm", "grpo", "oracle", "status"), [
+    (0.4, 0.6, 0.8, "PASS"), (0.4, 0.59, 0.8, "MISS"), (0.9, 0.9, 0.9, "MISS"), (0.4, 0.6, None, "NO DATA")])
+def test_the_gap_to_the_oracle_target_needs_half_of_it_closed(warm, grpo, oracle, status):
+    pooled = _pooled_for_targets({}, (0.1,) * 3, success={"warm_start": warm, "trained": grpo}, oracle=oracle)
+    row = next(t for t in split_pool.targets(pooled) if t["id"] == "reinforced_gap_to_oracle")
+    assert row["status"] == status
 
 
 @pytest.mark.parametrize(("regression", "after", "before", "statuses"), [
@@ -361,7 +393,7 @@ def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
     splits.write_pooled_docs(pooled, docs, png, readme=readme)
     glance = readme.read_text()
     assert glance.endswith("\n\nrest\n") and "at commit" not in glance and "over 3 training seeds" in glance
-    assert "| reinforced | 40.0% [" in glance and "| +20.0% [" in glance and "4 of 4 of the experiment's targets" in glance
+    assert "| reinforced | 40.0% [" in glance and "| +20.0% [" in glance and "3 of 7 of the experiment's targets" in glance
     per_seed = next(line for line in glance.splitlines() if line.startswith("GRPO − warm start on reinforced"))
     assert [part.split(" [")[0] for part in per_seed.split(": ", 1)[1].split("; ")] == [
         f"seed {r['seed']} +20.0%" for r in pooled["runs"]]
