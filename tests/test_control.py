@@ -259,7 +259,7 @@ def test_raft_rounds_stop_once_the_measured_budget_is_spent():
 
 def test_raft_matches_grpos_compute_per_stage_and_counts_its_episodes(tmp_path):
     from cells.experiments.raft import CLOCKS, cosine_lr
-    from cells.training.metrics import grpo_compute_seconds, grpo_episodes
+    from cells.training.metrics import grpo_compute_seconds, grpo_episodes, read_metrics_csv
 
     _metrics_csv(tmp_path / "m.csv", [1.0, 2.0, 3.0, 4.0], stages=[1, 2, 2, 3], resampled=[0, 1, 0, 2],
                  cpu=[2.0, 4.0, 6.0, 8.0])
@@ -268,6 +268,8 @@ def test_raft_matches_grpos_compute_per_stage_and_counts_its_episodes(tmp_path):
     assert CLOCKS["cpu"] is time.process_time and CLOCKS["wall"] is time.perf_counter
     profile = dataclasses.replace(get_profile("cpu-learn"), prompts_per_step=2, num_generations=8)
     assert grpo_episodes(tmp_path / "m.csv", profile) == (4 * 2 + 3) * 8  # resampled groups are played too
+    rows = read_metrics_csv(tmp_path / "m.csv")  # rows already read count as the file does
+    assert (grpo_episodes(rows, profile), grpo_compute_seconds(rows)) == (88, ({1: 2.0, 2: 10.0, 3: 8.0}, "cpu"))
     assert cosine_lr(1.0, 0.0, 10.0) == 1.0 and cosine_lr(1.0, 5.0, 10.0) == pytest.approx(0.5)
     assert cosine_lr(1.0, 12.0, 10.0) == pytest.approx(0.0)
 

@@ -151,10 +151,11 @@ def recipe_differences(recipe: dict[str, Any] | None, other: dict[str, Any] | No
                        ignore: frozenset[str] = NOT_RECIPE) -> dict[str, list[Any]] | None:
     """{knob: [recipe's value, other's value]} for every knob (but `ignore`) whose value differs; None when
     either run's recipe is not recorded."""
+    from cells.profiles.profile import knob_differences
+
     if recipe is None or other is None:
         return None
-    return {k: [recipe.get(k), other.get(k)] for k in sorted(set(recipe) | set(other))
-            if k not in ignore and recipe.get(k) != other.get(k)}
+    return {k: list(pair) for k, pair in knob_differences(recipe, other, ignore).items()}
 
 
 def archive_split_run(run_dir: Path, root: Path) -> Path:

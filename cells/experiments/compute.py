@@ -49,14 +49,15 @@ def grpo_compute(run_dir: Path) -> MethodCompute | None:
     if not path.is_file():
         return None
     profile = load_run_profile(run_dir)
-    rows = [row.get("extra") or {} for row in read_metrics_csv(path)]
+    metrics = read_metrics_csv(path)
+    rows = [row.get("extra") or {} for row in metrics]
     per_step = profile.prompts_per_step * profile.num_generations  # the episodes a step's batch holds
     tokens = sum(float(x["tokens/updated"]) if x.get("tokens/updated") is not None else
                  float(x.get("rollout/model_tokens_mean") or 0.0) * per_step * float(x.get("tokens/updated_frac", 1.0))
                  for x in rows)
     logged = all(x.get("episodes/updated") is not None for x in rows)
-    seconds, measure = grpo_compute_seconds(path)
-    return MethodCompute("trained", round(sum(seconds.values()), 1), measure, grpo_episodes(path, profile),
+    seconds, measure = grpo_compute_seconds(metrics)
+    return MethodCompute("trained", round(sum(seconds.values()), 1), measure, grpo_episodes(metrics, profile),
                          int(sum(float(x["episodes/updated"]) for x in rows)) if logged else None, round(tokens))
 
 

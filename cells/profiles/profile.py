@@ -385,6 +385,19 @@ def knob_cap(name: str) -> int:
     return int(cap)
 
 
+def knob_differences(old: dict[str, Any], new: dict[str, Any], ignore: frozenset[str] = frozenset(),
+                     absent: Any = None) -> dict[str, tuple[Any, Any]]:
+    """{knob: (old value, new value)} for every knob but `ignore` whose value differs (compared as sorted JSON, so
+    a tuple and its JSON list agree); a knob one side lacks differs and reads `absent` there."""
+    import json
+
+    def same(k: str) -> bool:
+        return k in old and k in new and json.dumps(old[k], sort_keys=True) == json.dumps(new[k], sort_keys=True)
+
+    return {k: (old.get(k, absent), new.get(k, absent)) for k in sorted(set(old) | set(new))
+            if k not in ignore and not same(k)}
+
+
 def knobs_in_scope(*scopes: str) -> frozenset[str]:
     """The `Profile` fields declared with one of `scopes` (`KNOB_SCOPES`)."""
     return frozenset(f.name for f in dataclasses.fields(Profile) if f.metadata["scope"] in scopes)

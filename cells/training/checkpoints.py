@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cells.errors import DriftCallError
+from cells.profiles.profile import knob_differences
 from cells.step_02_profiles import knobs_in_scope
 
 META_NAME = "driftcall_meta.json"
@@ -235,18 +236,6 @@ def knobs_digest(knobs: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(knobs).encode("utf-8")).hexdigest()
 
 
-def knob_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """{knob: (recorded, current)} for every knob whose value differs (or was never recorded)."""
-    from cells.step_04_datatypes import canonical_json
-
-    old = recorded or {}
-    return {
-        k: (old.get(k, _MISSING), current.get(k, _MISSING))
-        for k in sorted(set(old) | set(current))
-        if k not in old or k not in current or canonical_json(old[k]) != canonical_json(current[k])
-    }
-
-
 def default_knobs() -> dict[str, Any]:
     """Every knob at `Profile`'s default, flat as `stage_knobs` writes them."""
     from cells.step_02_profiles import Profile
@@ -254,19 +243,19 @@ def default_knobs() -> dict[str, Any]:
     return stage_knobs(Profile(), 1)
 
 
-def no_longer_read(differences: dict[str, tuple[Any, Any]]) -> set[str]:
+def no_longer_read(differences: dict[str, tuple[Any, Any]], defaults: dict[str, Any]) -> set[str]:
     """Knobs the sidecar recorded that this run's stage no longer depends on (a `Profile` knob absent from its
-    knobs, e.g. the LoRA's shape at a full warm start, recorded before the stage dropped it): they change nothing."""
-    defaults = default_knobs()
+    knobs, e.g. the LoRA's shape at a full warm start, recorded before the stage dropped it): they change nothing.
+    `defaults`: `default_knobs()`."""
     return {k for k, (_, new) in differences.items() if new is _MISSING and k in defaults}
 
 
-def added_at_default(differences: dict[str, tuple[Any, Any]]) -> set[str]:
+def added_at_default(differences: dict[str, tuple[Any, Any]], defaults: dict[str, Any]) -> set[str]:
     """Knobs the sidecar never recorded (added to `Profile` after it was written) that this run leaves at their
-    default: the default is what the code did before the knob existed, so they change nothing."""
+    default: the default is what the code did before the knob existed, so they change nothing. `defaults`:
+    `default_knobs()`."""
     from cells.step_04_datatypes import canonical_json
 
-    defaults = default_knobs()
     return {k for k, (old, new) in differences.items()
             if old is _MISSING and k in defaults and canonical_json(defaults[k]) == canonical_json(new)}
 
@@ -290,8 +279,9 @@ def check_reusable(path: str | Path, knobs: dict[str, Any], what: str) -> Checkp
     if meta.knobs is None:
         raise RunDirMismatchError(Path(path), what, {}, reason=f"its {META_NAME} predates recorded settings "
                                   f"(profile {meta.profile!r}), so they cannot be compared")
-    differences = knob_differences(meta.knobs, knobs)
-    unchanged = added_at_default(differences) | no_longer_read(differences)
+    differences = knob_differences(meta.knobs, knobs, absent=_MISSING)
+    defaults = default_knobs()
+    unchanged = added_at_default(differences, defaults) | no_longer_read(differences, defaults)
     if differences and set(differences) == unchanged:
         return meta
     differences = {k: v for k, v in differences.items() if k not in unchanged}

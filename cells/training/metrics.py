@@ -100,11 +100,18 @@ def logs_to_row(logs: dict[str, Any], stage: int, step: int, extra: dict[str, An
     return row
 
 
-def grpo_compute_seconds(path: str | Path) -> tuple[dict[int, float], str]:
+MetricsSource = str | Path | list[dict[str, Any]]  # a metrics.csv, or its rows as `read_metrics_csv` gives them
+
+
+def _metric_rows(metrics: MetricsSource) -> list[dict[str, Any]]:
+    return metrics if isinstance(metrics, list) else read_metrics_csv(metrics)
+
+
+def grpo_compute_seconds(metrics: MetricsSource) -> tuple[dict[int, float], str]:
     """GRPO's compute per curriculum stage, and its measure: the CPU seconds of its optimiser steps (`step_cpu`,
     rollouts included: what the equal-compute controls are given, robust to other work sharing the cores), or,
     in a run logged before they were, the steps' wall seconds (`step_time`)."""
-    rows = read_metrics_csv(path)
+    rows = _metric_rows(metrics)
     key = "step_cpu" if rows and all("step_cpu" in (r.get("extra") or {}) for r in rows) else "step_time"
     out: dict[int, float] = {}
     for row in rows:
@@ -112,10 +119,10 @@ def grpo_compute_seconds(path: str | Path) -> tuple[dict[int, float], str]:
     return dict(sorted(out.items())), ("cpu" if key == "step_cpu" else "wall")
 
 
-def grpo_episodes(metrics_csv: str | Path, profile: Any) -> int:
+def grpo_episodes(metrics: MetricsSource, profile: Any) -> int:
     """Environment episodes GRPO played: prompts_per_step groups of G per step, plus resampled groups of G."""
     groups = sum(profile.prompts_per_step + int(float((row.get("extra") or {}).get("groups/resampled") or 0))
-                 for row in read_metrics_csv(metrics_csv))
+                 for row in _metric_rows(metrics))
     return groups * profile.num_generations
 
 
