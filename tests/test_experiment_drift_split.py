@@ -439,3 +439,21 @@ def test_the_split_glance_says_in_words_who_beats_whom_on_reinforced_patterns():
     assert sentence == ("On reinforced episodes, pooled: GRPO beats the warm start; the RAFT control beats GRPO; "
                         "GRPO and the SFT-only control are within noise (paired 95% intervals).")
     assert split_report._verdict_sentence({"sets": {}}, "reinforced", splits.MODEL_WORDS) == ""
+
+
+@pytest.mark.parametrize(("unseen", "oracle", "statuses"), [
+    (0.6, None, ("PASS", "MISS")),  # at the target; no oracle, so the goal beyond cannot pass
+    (0.59, 0.9, ("MISS", "MISS")),
+    (0.8, 0.9, ("PASS", "PASS")),  # at 80% and 10 points from the oracle
+    (0.8, 0.95, ("PASS", "MISS")),  # 15 points from the oracle
+])
+def test_a_generated_splits_pool_adds_the_transfer_targets_on_hand_written_unseen_patterns(unseen, oracle, statuses):
+    pooled = _pooled_for_targets({("unseen", "trained - warm_start"): (0.05, 0.01)}, (0.05,) * 3)
+    assert not any(t["id"].startswith("unseen_") for t in split_pool.targets(pooled))  # not a generated split
+    pooled["sets"]["gen-unseen-a"] = {"paired": {}}
+    pooled["sets"]["unseen"]["success"] = {"trained": {"pooled": {"value": unseen}}}
+    if oracle is not None:
+        pooled["sets"]["unseen"]["oracle"] = {"trained": {"value": oracle}}
+    rows = {t["id"]: t for t in split_pool.targets(pooled)}
+    assert rows["unseen_vs_warm_start"]["status"] == "PASS"
+    assert (rows["unseen_success"]["status"], rows["unseen_near_oracle"]["status"]) == statuses
