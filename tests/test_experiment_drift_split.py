@@ -400,6 +400,13 @@ def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
     for text in ("| reinforced | +20.0% [", "GRPO − warm start", "GRPO − SFT-only control", "| reinforced | cpu-rl-s1235 |",
                  "| reinforced · pricing |", "| unseen · hinglish |", "| PASS |", "--pool", "ECE pooled"):
         assert text in first, text
+    # a generated split's hold-outs: one line of the glance (it stays short), rows of the docs block
+    generated = {**pooled, "split": "latin-gen", "sets": {**pooled["sets"], "gen-unseen-b": pooled["sets"]["unseen"]}}
+    generated["targets"] = split_pool.targets(generated)
+    glance = splits.glance_block(generated)
+    assert "| gen-unseen-b |" not in glance and "Generated hold-outs after GRPO: gen-unseen-b 45.0% [" in glance
+    assert "| gen-unseen-b |" in split_report.pooled_markdown(generated, splits.MODEL_WORDS)
+    assert "unseen (hand-written): after GRPO ≥ 60% pooled" in split_report.pooled_markdown(generated, splits.MODEL_WORDS)
 
 
 def test_archived_records_pool_exactly_as_the_runs_and_are_byte_stable(tmp_path):

@@ -32,6 +32,7 @@ from typing import Any
 
 from cells.errors import DriftCallError
 from cells.evaluation.records import EvalRecord
+from cells.evaluation.splits import GENERATED_SETS
 
 RECORDS_FILE = "records_splits.jsonl"
 ARCHIVED_RECORDS_FILE = RECORDS_FILE + ".gz"  # the same lines, gzipped: what `archive_split_run` keeps in the repo
@@ -418,7 +419,7 @@ def targets(pooled: dict[str, Any]) -> list[dict[str, Any]]:
             rein("raft_control"), lambda d, per: _excludes_zero_above(d)),
         _gap_closed(pooled),
     ]
-    if any(which.startswith("gen-") for which in pooled["sets"]):  # a generated split: transfer is its question
+    if any(which in GENERATED_SETS for which in pooled["sets"]):  # a generated split: transfer is its question
         rows += _transfer_targets(pooled, row)
     cal = pooled["calibration_withheld"]["pooled"]
     after, before = (cal.get(m, {}).get("ece") for m in ("trained", "warm_start"))

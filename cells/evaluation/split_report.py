@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cells.evaluation.split_pool import GRPO_GAIN, ORACLE_MODEL
+from cells.evaluation.splits import GENERATED_SETS
 
 
 def _pct(estimate: Mapping[str, Any] | None, signed: bool = False) -> str:
@@ -223,16 +224,20 @@ def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
     models, sets, oracle = pooled["models"], pooled["sets"], pooled.get("oracle")
     head = ["pattern set"] + [words.get(m, m) for m in models] + (["oracle"] if oracle else [])
     head.append("GRPO − warm start (paired, 95% CI)")
+    table_sets = {w: b for w, b in sets.items() if w not in GENERATED_SETS}  # those get one line below
     rows = [[w, *_success_cells(pooled, b),
              _pct(_paired_diff(b, GRPO_GAIN), signed=True)]
-            for w, b in sets.items()]
+            for w, b in table_sets.items()]
     passed = sum(t["status"] == "PASS" for t in pooled["targets"])
     seeds = len(pooled["runs"])
     preset = f"`{pooled['profile']}`, " if pooled.get("profile") else ""
     intro = (f"What GRPO adds where demonstrations stop ({preset}drift split `{pooled['split']}`): "
              f"{pooled['per_set']} held-out drifted episodes per pattern set and model, pooled over {seeds} training "
              f"seed{'s' if seeds != 1 else ''}, greedy.")
-    return "\n".join([intro, "", *_table(head, rows), "", _per_seed_gain_sentence(pooled, "reinforced"),
+    generated = [f"{w} {_pct(b['success']['trained']['pooled'])}" for w, b in sets.items()
+                 if w not in table_sets and "trained" in b["success"]]
+    held_out = [f"Generated hold-outs after GRPO: {'; '.join(generated)}."] if generated else []
+    return "\n".join([intro, "", *_table(head, rows), "", _per_seed_gain_sentence(pooled, "reinforced"), *held_out,
                       _verdict_sentence(pooled, "reinforced", words),
                       f"{passed} of {len(pooled['targets'])} of the experiment's targets pass. Per seed, per pattern, "
                       f"calibration, the controls: block `{pooled_block(pooled['split'])}` of "
