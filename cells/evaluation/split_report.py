@@ -238,7 +238,7 @@ def glance_markdown(pooled: dict[str, Any], words: Mapping[str, str]) -> str:
                  if w not in table_sets and "trained" in b["success"]]
     held_out = [f"Generated hold-outs after GRPO: {'; '.join(generated)}."] if generated else []
     return "\n".join([intro, "", *_table(head, rows), "", _per_seed_gain_sentence(pooled, "reinforced"), *held_out,
-                      _verdict_sentence(pooled, "reinforced", words),
+                      _verdict_sentence(pooled, "reinforced", words) + " "  # one line: the glance stays short
                       f"{passed} of {len(pooled['targets'])} of the experiment's targets pass. Per seed, per pattern, "
                       f"calibration, the controls: block `{pooled_block(pooled['split'])}` of "
                       "[docs/results.md](docs/results.md)."])
