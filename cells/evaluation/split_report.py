@@ -211,8 +211,6 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-
-
 def pooled_block(split: str) -> str:
     """The name of the docs block of `split`'s pool (one per split)."""
     return f"splits:pooled:{split}"
