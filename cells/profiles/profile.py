@@ -387,12 +387,13 @@ def knob_cap(name: str) -> int:
 
 def knob_differences(old: dict[str, Any], new: dict[str, Any], ignore: frozenset[str] = frozenset(),
                      absent: Any = None) -> dict[str, tuple[Any, Any]]:
-    """{knob: (old value, new value)} for every knob but `ignore` whose value differs (compared as sorted JSON, so
-    a tuple and its JSON list agree); a knob one side lacks differs and reads `absent` there."""
-    import json
+    """{knob: (old value, new value)} for every knob but `ignore` whose value differs (compared as canonical JSON,
+    the serialisation knob digests hash, so a tuple and its JSON list agree); a knob one side lacks differs and
+    reads `absent` there."""
+    from cells.codec import canonical_json
 
     def same(k: str) -> bool:
-        return k in old and k in new and json.dumps(old[k], sort_keys=True) == json.dumps(new[k], sort_keys=True)
+        return k in old and k in new and canonical_json(old[k]) == canonical_json(new[k])
 
     return {k: (old.get(k, absent), new.get(k, absent)) for k in sorted(set(old) | set(new))
             if k not in ignore and not same(k)}
