@@ -67,7 +67,7 @@ def _cmd_splits(args: argparse.Namespace) -> int:
 
     return splits_main(["--run-dir", args.run_dir, "--per-set", str(args.per_set)]
                        + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else [])
-                       + (["--pool", *args.pool] if args.pool else [])
+                       + (["--pool", *args.pool] if args.pool else []) + (["--curve", *args.curve] if args.curve else [])
                        + (["--oracle", args.oracle] if args.oracle else []) + (["--out", args.out] if args.out else []))
 
 
@@ -217,10 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
     p_splits.add_argument("--pool", nargs="+", metavar="RUN_DIR", default=None,
                           help="pool these runs' saved split records over seeds, playing nothing "
                                "(docs/results/splits_pooled_<split>.json; with --docs also the plot and docs block)")
+    p_splits.add_argument("--curve", nargs="+", metavar="RUN_DIR", default=None,
+                          help="the generalisation curve of runs differing only in drift_train_instances and the "
+                               "seed, playing nothing (docs/results/splits_curve_<split>.json; with --docs the plot "
+                               "and docs block)")
     p_splits.add_argument("--oracle", default=None, metavar="RUN_DIR",
-                          help="with --pool: a run with every pattern demonstrated, evaluated with --split")
+                          help="with --pool or --curve: a run with every pattern demonstrated, evaluated with --split")
     p_splits.add_argument("--out", default=None, metavar="JSON",
-                          help="with --pool and without --docs: write the pooled JSON here instead of the published one")
+                          help="with --pool or --curve and without --docs: write the JSON here instead of the "
+                               "published one")
     p_splits.set_defaults(func=_cmd_splits)
     p_curve = _command(sub, "curve", "A finished CPU run's GRPO checkpoints on held-out episodes of its drift split's "
                                      "pattern sets: the learning curve (cells/experiments/curve.py; --help there).",

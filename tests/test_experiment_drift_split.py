@@ -464,3 +464,89 @@ def test_a_generated_splits_pool_adds_the_transfer_targets_on_hand_written_unsee
     rows = {t["id"]: t for t in split_pool.targets(pooled)}
     assert rows["unseen_vs_warm_start"]["status"] == "PASS"
     assert (rows["unseen_success"]["status"], rows["unseen_near_oracle"]["status"]) == statuses
+
+
+# --- the generalisation curve of a generated split: runs differing only in drift_train_instances ---------------
+
+CURVE_SETS = ("demonstrated", "reinforced", "unseen", "gen-unseen-a", "gen-unseen-b", "gen-unseen-c")
+
+
+def _curve_run(root, name, seed, instances, unseen, n=20, **knobs):
+    """A latin-gen run trained on `instances` generated instances: warm start 30% on every unseen set, GRPO
+    `unseen`; demonstrated and reinforced 80%."""
+    def first(frac):
+        return [i < round(frac * n) for i in range(n)]
+    outcomes = {w: {"warm_start": first(0.3 if "unseen" in w else 0.8), "trained": first(unseen if "unseen" in w
+                                                                                           else 0.8)}
+                for w in CURVE_SETS}
+    recipe = {"profile": "cpu-gen", "seed": seed, "drift_split": "latin-gen", "drift_train_instances": instances,
+              "lora_r": 64, **knobs}
+    return _write_run(root, name, seed, outcomes, _cases(n), split="latin-gen", trained_with="latin-gen",
+                      recipe=recipe)
+
+
+def test_the_generalisation_curve_orders_points_by_training_instances_and_pairs_within_seeds(tmp_path):
+    from cells.evaluation import split_curve
+    from cells.step_06_drift import drift_split
+
+    runs = [_curve_run(tmp_path, "gen-2001", 2001, -1, 0.6), _curve_run(tmp_path, "gen-n0-2001", 2001, 0, 0.3),
+            _curve_run(tmp_path, "gen-n0-2002", 2002, 0, 0.4), _curve_run(tmp_path, "gen-n100-2002", 2002, 100, 0.5)]
+    oracle = _write_run(tmp_path, "gen-oracle", 2001, {w: {"trained": [True] * 18 + [False] * 2} for w in CURVE_SETS},
+                        _cases(20), split="latin-gen", trained_with=None)
+    result = splits.curve_splits(runs, oracle, out=tmp_path / "curve.json")
+    assert json.loads((tmp_path / "curve.json").read_text()) == result
+    everything = len(drift_split("latin-gen").training_ids())
+    assert [p["instances"] for p in result["points"]] == [0, 100, everything]
+    assert result["sets"] == ["unseen", "gen-unseen-a", "gen-unseen-b", "gen-unseen-c", "reinforced", "demonstrated"]
+    zero, hundred, full = result["points"]
+    assert [r["seed"] for r in zero["runs"]] == [2001, 2002]
+    assert zero["sets"]["unseen"]["trained"]["value"] == pytest.approx(0.35)  # both seeds' episodes pooled
+    assert zero["sets"]["unseen"]["warm_start"]["value"] == pytest.approx(0.3)
+    # paired within the seeds present at both points: 100 instances ran at 2002 only, everything at 2001 only
+    assert hundred["sets"]["unseen"]["vs_fewest"]["value"] == pytest.approx(0.1)
+    assert full["sets"]["gen-unseen-b"]["vs_fewest"]["value"] == pytest.approx(0.3)
+    assert full["sets"]["reinforced"]["vs_fewest"]["value"] == 0.0
+    assert result["oracle"]["sets"]["unseen"]["value"] == pytest.approx(0.9)
+    text = split_curve.curve_markdown(result, "results/curve.png")
+    assert "3 of the 4 points the experiment asks for" in text and "![generalisation curve](results/curve.png)" in text
+    assert f"| {everything} | 2001 | 60.0 [" in text and "| oracle (every instance demonstrated, gen-oracle) | | 90.0 [" in text
+    assert f"| {everything} | 2001 | +30.0 [" in text  # the paired table, GRPO against 0 instances
+    docs, png = tmp_path / "docs" / "results.md", tmp_path / "docs" / "results" / "curve.png"
+    docs.parent.mkdir()
+    docs.write_text("# Results\n")
+    splits.write_curve_docs(result, docs, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    block = docs.read_text()
+    assert block.count("<!-- splits:curve:latin-gen:begin") == 1 and "python -m cells splits --curve " in block
+    assert "--oracle " + str(oracle) in block
+
+
+def test_the_curve_refuses_runs_that_differ_beyond_the_instances_hand_written_splits_and_a_lone_run(tmp_path):
+    from cells.evaluation import split_curve
+
+    base = _curve_run(tmp_path, "a", 2001, 0, 0.3)
+    other = _curve_run(tmp_path, "b", 2001, -1, 0.6, learning_rate=0.002)
+    with pytest.raises(split_pool.RecipeMismatchError, match="learning_rate"):
+        splits.curve_splits([base, other], out=tmp_path / "c.json")
+    with pytest.raises(split_pool.SplitPoolError, match="at least two runs"):
+        splits.curve_splits([base], out=tmp_path / "c.json")
+    latin = _write_run(tmp_path, "latin", 1234, _outcomes(20, *(dict.fromkeys(SETS, 0.5),) * 2), _cases(20),
+                       recipe={"drift_train_instances": -1})
+    with pytest.raises(split_pool.SplitMismatchError, match="hand-written split"):
+        split_curve.train_instances(split_pool.load_split_run(latin))
+    fewer = _curve_run(tmp_path, "fewer", 2002, 100, 0.5, n=10)
+    with pytest.raises(split_pool.CaseListMismatchError, match="same --per-set"):
+        splits.curve_splits([base, fewer], out=tmp_path / "c.json")
+
+
+def test_the_splits_command_draws_the_curve_from_saved_records(tmp_path, capsys):
+    from cells.step_06_drift import drift_split
+
+    runs = [_curve_run(tmp_path, "n0", 2001, 0, 0.3), _curve_run(tmp_path, "all", 2001, -1, 0.6)]
+    out = tmp_path / "curve.json"
+    assert splits.main(["--curve", *map(str, runs), "--out", str(out)]) == 0
+    everything = len(drift_split("latin-gen").training_ids())
+    assert [p["instances"] for p in json.loads(out.read_text())["points"]] == [0, everything]
+    assert "[curve] 0 instances: unseen 30.0%" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        splits.main(["--curve", str(runs[0]), "--pool", str(runs[1])])

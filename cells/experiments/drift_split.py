@@ -27,6 +27,11 @@ also draws `docs/results/splits_pooled_<split>.png`, writes the block `splits:po
 With `--docs` it first archives each run's records (gzipped, with `eval_splits.json`) under
 `docs/results/splits/<run>/` and pools from there, so the docs name a command a fresh clone reruns:
 `python -m cells splits --pool docs/results/splits/cpu-rl ... --docs`.
+
+`python -m cells splits --curve runs/gen-n0-2001 runs/gen-2001 ... [--oracle RUN] [--docs]` plays nothing either: a
+generated split's generalisation curve over runs of one recipe that differ only in `--set drift_train_instances=N`
+and the seed (`cells.evaluation.split_curve`), into `docs/results/splits_curve_<split>.json`; with `--docs` (which
+archives the runs' records as `--pool` does) the plot and the block `splits:curve:<split>` of `docs/results.md`.
 """
 
 from __future__ import annotations
@@ -314,6 +319,49 @@ def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md
     return write_block(docs, name, block)
 
 
+def curve_json(split: str, root: Path = POOLED_DIR) -> Path:
+    """Where `split`'s generalisation curve goes (`cells.evaluation.split_curve`)."""
+    return root / f"splits_curve_{split}.json"
+
+
+def curve_png(split: str, root: Path = POOLED_DIR) -> Path:
+    return root / f"splits_curve_{split}.png"
+
+
+def curve_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path | None = None) -> dict[str, Any]:
+    """The generalisation curve of `run_dirs` (runs differing only in `drift_train_instances` and the seed) and the
+    oracle's ceiling, from their saved split records; written to `out` (default the split's, `curve_json`)."""
+    from cells.evaluation.split_curve import curve
+    from cells.evaluation.split_pool import load_split_run
+
+    result = curve([load_split_run(Path(d)) for d in run_dirs], load_split_run(Path(oracle_dir)) if oracle_dir else None)
+    out = out or curve_json(result["split"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def curve_command(result: dict[str, Any]) -> str:
+    runs = [r["dir"] for p in result["points"] for r in p["runs"]]
+    oracle = result.get("oracle")
+    return "python -m cells splits --curve " + " ".join(runs) + (f" --oracle {oracle['dir']}" if oracle else "") + " --docs"
+
+
+def write_curve_docs(result: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path | None = None) -> Path:
+    """Draw `png` (default the split's, `curve_png`) and rewrite (or append) the block `splits:curve:<split>`."""
+    import os
+
+    from cells.evaluation.docblocks import render, write_block
+    from cells.evaluation.split_curve import curve_block, curve_markdown, plot_curve
+
+    png = plot_curve(result, png or curve_png(result["split"]))
+    name = curve_block(result["split"])
+    image = Path(os.path.relpath(png, docs.parent)).as_posix()
+    block = render(name, "python -m cells splits --curve --docs", curve_markdown(result, image),
+                   run_command=curve_command(result))
+    return write_block(docs, name, block)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells splits", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -323,16 +371,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
     parser.add_argument("--pool", nargs="+", metavar="RUN_DIR", default=None,
                         help=f"pool these runs' saved records over seeds (no play) into {pooled_json('<split>')}")
+    parser.add_argument("--curve", nargs="+", metavar="RUN_DIR", default=None,
+                        help="the generalisation curve of runs differing only in drift_train_instances and the seed, "
+                             f"from their saved records (no play) into {curve_json('<split>')}")
     parser.add_argument("--oracle", default=None, metavar="RUN_DIR",
-                        help="with --pool: a run with every pattern demonstrated, evaluated on the same split")
+                        help="with --pool or --curve: a run with every pattern demonstrated, evaluated on the same "
+                             "split")
     parser.add_argument("--out", default=None, metavar="JSON",
                         help=f"with --pool and without --docs: where the pooled JSON goes (default {pooled_json('<split>')}); "
                              "another experiment's pooling, kept beside the published one")
     args = parser.parse_args(argv)
-    if args.oracle and not args.pool:
-        parser.error("--oracle goes with --pool")
-    if args.out and (not args.pool or args.docs):
-        parser.error("--out goes with --pool, without --docs (the docs pool into their own JSON)")
+    if args.pool and args.curve:
+        parser.error("--pool and --curve are two commands: pool one recipe's seeds, or draw a curve over runs")
+    if args.oracle and not (args.pool or args.curve):
+        parser.error("--oracle goes with --pool or --curve")
+    if args.out and (not (args.pool or args.curve) or args.docs):
+        parser.error("--out goes with --pool or --curve, without --docs (the docs pool into their own JSON)")
+    if args.curve:
+        runs, oracle = [Path(d) for d in args.curve], Path(args.oracle) if args.oracle else None
+        if args.docs:
+            runs, oracle = archive_runs(runs, oracle)
+            print(f"archived the records under {SPLITS_ARCHIVE}: drawing from there")
+        result = curve_splits(runs, oracle, Path(args.out) if args.out else None)
+        print(f"wrote {Path(args.out) if args.out else curve_json(result['split'])}")
+        for p in result["points"]:
+            print(f"[curve] {p['instances']} instances: " + "; ".join(
+                f"{w} {p['sets'][w]['trained']['value']:.1%}" for w in result["sets"] if "unseen" in w))
+        if args.docs:
+            print(f"wrote {write_curve_docs(result)} and {curve_png(result['split'])}")
+        return 0
     if args.pool:
         runs, oracle = [Path(d) for d in args.pool], Path(args.oracle) if args.oracle else None
         if args.docs:
