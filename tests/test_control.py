@@ -378,6 +378,11 @@ def test_diagnose_reach_plays_a_control_on_the_same_development_cases(tmp_path):
     for which in ("demonstrated", "reinforced", "unseen"):  # the same weights on the same cases: the same greedy play
         assert raft[which]["cases"] == 2 and raft[which]["greedy_success"] == warm[which]["greedy_success"]
     assert json.loads((run / "diagnose_reach_raft_control.json").read_text(encoding="utf-8")) == raft
+    # a generated split: the base split's sets case for case, then each kind of held-out generated instance
+    gen = diagnose_reach(run, "latin-gen", episodes=2, samples=1, warm_start=True)
+    assert list(gen)[3:] == ["demonstrated", "reinforced", "unseen", "gen-unseen-a", "gen-unseen-b", "gen-unseen-c"]
+    assert all(gen[w]["successes_per_case"] == warm[w]["successes_per_case"] for w in ("reinforced", "unseen"))
+    assert all(gen[w]["cases"] == 2 and "by_pattern" not in gen[w] for w in ("gen-unseen-a", "gen-unseen-c"))
     with pytest.raises(DiagnoseError, match="control --run-dir"):
         diagnose_reach(run, "latin", episodes=1, samples=1, control="sft_control")
     with pytest.raises(SystemExit):

@@ -49,7 +49,8 @@ sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on `--epi
 the split's reinforced and unseen sets, and of its demonstrated set for comparison (`split_cases` from
 `REACH_CASES_FROM` of the probe range), greedy success, mean sampled success and pass@G at the profile's GRPO
 temperature (G: `--samples`, default the profile's `num_generations`), in all and per pattern of each set (a set's
-few patterns can range from reachable to never solved). The split defaults to the run's `drift_split`.
+few patterns can range from reachable to never solved); a generated split adds its held-out instances of each kind
+(`gen-unseen-a`, `-b`, `-c`, `--episodes` cases each, in all only). The split defaults to the run's `drift_split`.
 `--pattern P` plays only cases whose schedule holds pattern P (a rare one is missed by a small plan). Writes
 `diagnose_reach.json` (or `diagnose_reach_warm_start.json`, `diagnose_reach_raft_control.json`, ...; `_t<T>` with
 `--temperature`, `_<P>` with `--pattern`). With `--control`, the run's SFT-only or RAFT control plays: a recipe
@@ -486,7 +487,13 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     `_<pattern>` when only cases scheduling `pattern` are played)."""
     import dataclasses
 
-    from cells.evaluation.splits import reach_by_pattern, reachability, split_cases
+    from cells.evaluation.splits import (
+        GENERATED_SETS,
+        generated_plan,
+        reach_by_pattern,
+        reachability,
+        split_cases,
+    )
     from cells.step_02_profiles import PROBE_SEEDS
     from cells.step_06_drift import drift_split, pattern_by_id
 
@@ -511,11 +518,15 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     split = drift_split(name)
     g = samples or profile.num_generations
     cases = split_cases(split, episodes, PROBE_SEEDS, start=REACH_CASES_FROM, pattern=pattern)
+    if pattern is None:  # a generated split's held-out instances too: what transfer has to start from
+        cases |= generated_plan(split, episodes, PROBE_SEEDS, start=REACH_CASES_FROM)
     summary: dict[str, Any] = {"model": control or ("warm start" if warm_start else "trained"), "split": name,
                                "pattern": pattern}
     for which, planned in cases.items():
         summary[which] = reachability(model, tokenizer, planned, profile, g)
-        summary[which]["by_pattern"] = reach_by_pattern(split, which, planned, summary[which]["successes_per_case"], g)
+        if which not in GENERATED_SETS:  # a generated set's hundreds of instances: its rows would be one case each
+            summary[which]["by_pattern"] = reach_by_pattern(split, which, planned, summary[which]["successes_per_case"],
+                                                            g)
     out = REACH_FILES[warm_start] if control is None else f"diagnose_reach_{control}.json"
     if temperature is not None:
         out = out.replace(".json", f"_t{temperature:g}.json")

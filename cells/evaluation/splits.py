@@ -119,6 +119,13 @@ def generated_cases(split: Any, which: str, per_set: int, seeds: Any, start: int
     return tuple(found)
 
 
+def generated_plan(split: Any, per_set: int, seeds: Any, start: int = 0) -> dict[str, tuple[Any, ...]]:
+    """`generated_cases` of each of a generated split's `GENERATED_SETS` (none for a hand-written split), each set
+    scanned from its own offset past `start` (`GENERATED_FROM` apart), clear of the hand-written sets' scan."""
+    return {which: generated_cases(split, which, per_set, seeds, start=start + GENERATED_FROM * (i + 1))
+            for i, which in enumerate(w for w in eval_sets(split) if w in GENERATED_SETS)}
+
+
 def reach_by_pattern(split: Any, which: str, cases: Sequence[Any], per_case: Sequence[int],
                      samples: int) -> dict[str, dict[str, Any]]:
     """Per pattern of set `which` that `cases` schedule: cases, mean sampled success and pass@G (`group_size_table`)

@@ -91,20 +91,11 @@ def set_table(records: dict[str, list[Any]], profile: Any) -> dict[str, Any]:
 
 def split_plan(split: Any, per_set: int) -> dict[str, tuple[Any, ...]]:
     """The held-out cases of every evaluation set of `split` (`eval_sets`), from `SPLIT_EVAL_FROM`."""
-    from cells.evaluation.splits import (
-        GENERATED_FROM,
-        GENERATED_SETS,
-        eval_sets,
-        generated_cases,
-        split_cases,
-    )
+    from cells.evaluation.splits import generated_plan, split_cases
     from cells.step_02_profiles import EVAL_SEEDS
 
-    cases = dict(split_cases(split, per_set, EVAL_SEEDS, start=SPLIT_EVAL_FROM))
-    for i, which in enumerate(w for w in eval_sets(split) if w in GENERATED_SETS):
-        start = SPLIT_EVAL_FROM + GENERATED_FROM * (i + 1)
-        cases[which] = generated_cases(split, which, per_set, EVAL_SEEDS, start=start)
-    return cases
+    return {**split_cases(split, per_set, EVAL_SEEDS, start=SPLIT_EVAL_FROM),
+            **generated_plan(split, per_set, EVAL_SEEDS, start=SPLIT_EVAL_FROM)}
 
 
 def fired_in(split: Any, which: str, record: Any) -> bool:
