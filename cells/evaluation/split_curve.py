@@ -21,12 +21,10 @@ from cells.evaluation.split_pool import (
     BOOTSTRAP_SEED,
     NOT_RECIPE,
     ORACLE_MODEL,
-    CaseListMismatchError,
-    RecipeMismatchError,
     SplitMismatchError,
     SplitPoolError,
     SplitRun,
-    recipe_differences,
+    check_poolable,
 )
 
 CURVE_KNOB = "drift_train_instances"  # what the curve's points, and only it, change (besides the seed)
@@ -50,33 +48,12 @@ def train_instances(run: SplitRun) -> int:
 
 
 def check_curve(runs: Sequence[SplitRun], oracle: SplitRun | None = None) -> None:
-    """Refuse runs of different splits, case lists or recipes (beyond the seed and `drift_train_instances`), and
-    an oracle trained with a split."""
+    """Refuse fewer than two runs, and what `split_pool.check_poolable` refuses but a different
+    `drift_train_instances`: runs of different splits, case lists or recipes, an oracle trained with a split."""
     if len(runs) < 2:
         raise SplitPoolError("--curve needs at least two runs (two numbers of training instances)")
-    if len({r.name for r in runs}) < len(runs):
-        raise SplitPoolError(f"--curve names a run twice: {[str(r.path) for r in runs]}")
-    first = runs[0]
-    for run in runs[1:]:
-        if (run.split, run.trained_with_split) != (first.split, first.trained_with_split):
-            raise SplitMismatchError(f"{run.path} was evaluated on {run.split!r} (trained with "
-                                     f"{run.trained_with_split!r}), {first.path} on {first.split!r}: one split")
-        for which in first.records:
-            if which not in run.records or run.cases(which) != first.cases(which):
-                raise CaseListMismatchError(f"{run.path} and {first.path} were played on different {which} cases: "
-                                            f"replay both with the same --per-set (here {first.per_set})")
-        differences = recipe_differences(first.recipe, run.recipe, NOT_RECIPE | {CURVE_KNOB})
-        if differences:
-            raise RecipeMismatchError(
-                f"{run.path} and {first.path} differ beyond {CURVE_KNOB} and the seed ("
-                + ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differences.items())
-                + "): a curve's points must cost the same compute, so change only --set drift_train_instances=N")
-    if first.trained_with_split is None:
-        raise SplitMismatchError(f"{first.path} was trained without a split: pass it as --oracle")
-    if oracle is not None and (oracle.split != first.split or oracle.trained_with_split is not None):
-        raise SplitMismatchError(f"--oracle {oracle.path} must be trained without a split and evaluated on "
-                                 f"{first.split!r} (`python -m cells splits --run-dir {oracle.path} --split "
-                                 f"{first.split}`)")
+    check_poolable(runs, oracle, free=NOT_RECIPE | {CURVE_KNOB}, command="--curve",
+                   hint=f"a curve's points must cost the same compute, so change only --set {CURVE_KNOB}=N")
 
 
 def curve_sets(run: SplitRun) -> list[str]:

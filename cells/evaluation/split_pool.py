@@ -189,13 +189,18 @@ def archive_split_run(run_dir: Path, root: Path) -> Path:
     return dest
 
 
-def check_poolable(runs: Sequence[SplitRun], oracle: SplitRun | None = None) -> None:
-    """Refuse seeds of different splits, case lists, recipes or names, and an oracle of another split."""
+SAME_RECIPE_HINT = "pool the training seeds of one recipe (`python -m cells run --seed N` with the same --set)"
+
+
+def check_poolable(runs: Sequence[SplitRun], oracle: SplitRun | None = None, free: frozenset[str] = NOT_RECIPE,
+                   command: str = "--pool", hint: str = SAME_RECIPE_HINT) -> None:
+    """Refuse runs of different splits, case lists, names or recipes (knobs beyond `free`), and an oracle of
+    another split; `command` and `hint` word the refusals for the command that compares them."""
     if not runs:
-        raise SplitPoolError("--pool needs at least one run directory")
+        raise SplitPoolError(f"{command} needs at least one run directory")
     first = runs[0]
     if len({r.name for r in runs}) < len(runs):
-        raise SplitPoolError(f"--pool names a run twice: {[str(r.path) for r in runs]}")
+        raise SplitPoolError(f"{command} names a run twice: {[str(r.path) for r in runs]}")
     for run in runs:
         if (run.split, run.trained_with_split) != (first.split, first.trained_with_split):
             raise SplitMismatchError(
@@ -211,15 +216,14 @@ def check_poolable(runs: Sequence[SplitRun], oracle: SplitRun | None = None) -> 
                     f"{run.path} and {first.path} were played on different {which} cases (per_set {run.per_set} "
                     f"vs {first.per_set}): replay both with the same --per-set, e.g. "
                     f"`{remake_command(run.path, first.per_set, first.split)}`")
-        differences = recipe_differences(first.recipe, run.recipe)
+        differences = recipe_differences(first.recipe, run.recipe, free)
         if differences:
             raise RecipeMismatchError(
                 f"{run.path} and {first.path} were trained with different recipes ("
-                + ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differences.items())
-                + "): pool the training seeds of one recipe (`python -m cells run --seed N` with the same --set)")
+                + ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differences.items()) + f"): {hint}")
     if first.trained_with_split is None:
-        raise SplitMismatchError(f"{first.path} was trained without a drift split: pool the split's seeds and "
-                                 "pass a run with every pattern demonstrated as --oracle")
+        raise SplitMismatchError(f"{first.path} was trained without a drift split: pass a run with every pattern "
+                                 "demonstrated as --oracle")
     if oracle is not None and (oracle.split != first.split or oracle.trained_with_split is not None):
         raise SplitMismatchError(
             f"--oracle {oracle.path} was evaluated on split {oracle.split!r} and trained with "

@@ -245,30 +245,49 @@ def archive_runs(run_dirs: list[Path], oracle_dir: Path | None, root: Path = SPL
             archive_split_run(Path(oracle_dir), root) if oracle_dir else None)
 
 
+def published_file(kind: str, split: str, suffix: str = "json", root: Path = POOLED_DIR) -> Path:
+    """Where a published result of `split`'s runs goes, one of each kind per split: `splits_<kind>_<split>.<suffix>`,
+    kind `pooled` (one recipe's seeds, `--pool`) or `curve` (the generalisation curve, `--curve`)."""
+    return root / f"splits_{kind}_{split}.{suffix}"
+
+
+def published(kind: str, root: Path = POOLED_DIR) -> list[Path]:
+    """Every published JSON of `kind` (`published_file`), one per split."""
+    return sorted(root.glob(f"splits_{kind}_*.json"))
+
+
 def pooled_json(split: str, root: Path = POOLED_DIR) -> Path:
-    """Where the published pool of `split`'s runs goes: one per split."""
-    return root / f"splits_pooled_{split}.json"
+    return published_file("pooled", split, "json", root)
 
 
 def pooled_png(split: str, root: Path = POOLED_DIR) -> Path:
-    return root / f"splits_pooled_{split}.png"
+    return published_file("pooled", split, "png", root)
 
 
 def published_pools(root: Path = POOLED_DIR) -> list[Path]:
-    """Every published pool's JSON, one per split."""
-    return sorted(root.glob("splits_pooled_*.json"))
+    return published("pooled", root)
+
+
+def _save(result: dict[str, Any], out: Path) -> dict[str, Any]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def _saved_runs(run_dirs: list[Path], oracle_dir: Path | None) -> tuple[list[Any], Any]:
+    """The saved split records of `run_dirs` and of the oracle (`split_pool.load_split_run`)."""
+    from cells.evaluation.split_pool import load_split_run
+
+    return [load_split_run(Path(d)) for d in run_dirs], load_split_run(Path(oracle_dir)) if oracle_dir else None
 
 
 def pool_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path | None = None) -> dict[str, Any]:
     """Pool the saved split records of `run_dirs` (one per training seed) and the oracle's; write `out` (default
     the split's published pool, `pooled_json`)."""
-    from cells.evaluation.split_pool import load_split_run, pool
+    from cells.evaluation.split_pool import pool
 
-    pooled = pool([load_split_run(Path(d)) for d in run_dirs], load_split_run(Path(oracle_dir)) if oracle_dir else None)
-    out = out or pooled_json(pooled["split"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(pooled, indent=1) + "\n", encoding="utf-8")
-    return pooled
+    pooled = pool(*_saved_runs(run_dirs, oracle_dir))
+    return _save(pooled, out or pooled_json(pooled["split"]))
 
 
 def pool_command(pooled: dict[str, Any]) -> str:
@@ -310,26 +329,13 @@ def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md
     return write_block(docs, name, block)
 
 
-def curve_json(split: str, root: Path = POOLED_DIR) -> Path:
-    """Where `split`'s generalisation curve goes (`cells.evaluation.split_curve`)."""
-    return root / f"splits_curve_{split}.json"
-
-
-def curve_png(split: str, root: Path = POOLED_DIR) -> Path:
-    return root / f"splits_curve_{split}.png"
-
-
 def curve_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path | None = None) -> dict[str, Any]:
     """The generalisation curve of `run_dirs` (runs differing only in `drift_train_instances` and the seed) and the
-    oracle's ceiling, from their saved split records; written to `out` (default the split's, `curve_json`)."""
+    oracle's ceiling, from their saved split records; written to `out` (default the split's published curve)."""
     from cells.evaluation.split_curve import curve
-    from cells.evaluation.split_pool import load_split_run
 
-    result = curve([load_split_run(Path(d)) for d in run_dirs], load_split_run(Path(oracle_dir)) if oracle_dir else None)
-    out = out or curve_json(result["split"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return result
+    result = curve(*_saved_runs(run_dirs, oracle_dir))
+    return _save(result, out or published_file("curve", result["split"]))
 
 
 def curve_command(result: dict[str, Any]) -> str:
@@ -339,18 +345,41 @@ def curve_command(result: dict[str, Any]) -> str:
 
 
 def write_curve_docs(result: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path | None = None) -> Path:
-    """Draw `png` (default the split's, `curve_png`) and rewrite (or append) the block `splits:curve:<split>`."""
+    """Draw `png` (default the split's, `published_file`) and rewrite (or append) the block `splits:curve:<split>`."""
     import os
 
     from cells.evaluation.docblocks import render, write_block
     from cells.evaluation.split_curve import curve_block, curve_markdown, plot_curve
 
-    png = plot_curve(result, png or curve_png(result["split"]))
+    png = plot_curve(result, png or published_file("curve", result["split"], "png"))
     name = curve_block(result["split"])
     image = Path(os.path.relpath(png, docs.parent)).as_posix()
     block = render(name, "python -m cells splits --curve --docs", curve_markdown(result, image),
                    run_command=curve_command(result))
     return write_block(docs, name, block)
+
+
+def _from_saved_records(args: argparse.Namespace) -> int:
+    """`--pool` or `--curve`: read the runs' saved records (archived first with `--docs`), write and print."""
+    kind = "curve" if args.curve else "pooled"
+    runs, oracle = [Path(d) for d in args.curve or args.pool], Path(args.oracle) if args.oracle else None
+    if args.docs:
+        runs, oracle = archive_runs(runs, oracle)
+        print(f"archived the records under {SPLITS_ARCHIVE}: reading them from there")
+    result = (curve_splits if args.curve else pool_splits)(runs, oracle, Path(args.out) if args.out else None)
+    print(f"wrote {Path(args.out) if args.out else published_file(kind, result['split'])}")
+    if args.curve:
+        for p in result["points"]:
+            print(f"[curve] {p['instances']} instances: " + "; ".join(
+                f"{w} {p['sets'][w]['trained']['value']:.1%}" for w in result["sets"] if "unseen" in w))
+    else:
+        for t in result["targets"]:
+            print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
+    if args.docs:
+        written = write_curve_docs(result) if args.curve else write_pooled_docs(result, readme=Path("README.md"))
+        print(f"wrote {written}, {published_file(kind, result['split'], 'png')}"
+              + ("" if args.curve else " and README.md"))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,13 +393,14 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"pool these runs' saved records over seeds (no play) into {pooled_json('<split>')}")
     parser.add_argument("--curve", nargs="+", metavar="RUN_DIR", default=None,
                         help="the generalisation curve of runs differing only in drift_train_instances and the seed, "
-                             f"from their saved records (no play) into {curve_json('<split>')}")
+                             f"from their saved records (no play) into {published_file('curve', '<split>')}")
     parser.add_argument("--oracle", default=None, metavar="RUN_DIR",
                         help="with --pool or --curve: a run with every pattern demonstrated, evaluated on the same "
                              "split")
     parser.add_argument("--out", default=None, metavar="JSON",
-                        help=f"with --pool and without --docs: where the pooled JSON goes (default {pooled_json('<split>')}); "
-                             "another experiment's pooling, kept beside the published one")
+                        help=f"with --pool or --curve and without --docs: where the JSON goes (default "
+                             f"{published_file('<pooled|curve>', '<split>')}); another experiment's, kept beside "
+                             "the published one")
     args = parser.parse_args(argv)
     if args.pool and args.curve:
         parser.error("--pool and --curve are two commands: pool one recipe's seeds, or draw a curve over runs")
@@ -378,32 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--oracle goes with --pool or --curve")
     if args.out and (not (args.pool or args.curve) or args.docs):
         parser.error("--out goes with --pool or --curve, without --docs (the docs pool into their own JSON)")
-    if args.curve:
-        runs, oracle = [Path(d) for d in args.curve], Path(args.oracle) if args.oracle else None
-        if args.docs:
-            runs, oracle = archive_runs(runs, oracle)
-            print(f"archived the records under {SPLITS_ARCHIVE}: drawing from there")
-        result = curve_splits(runs, oracle, Path(args.out) if args.out else None)
-        print(f"wrote {Path(args.out) if args.out else curve_json(result['split'])}")
-        for p in result["points"]:
-            print(f"[curve] {p['instances']} instances: " + "; ".join(
-                f"{w} {p['sets'][w]['trained']['value']:.1%}" for w in result["sets"] if "unseen" in w))
-        if args.docs:
-            print(f"wrote {write_curve_docs(result)} and {curve_png(result['split'])}")
-        return 0
-    if args.pool:
-        runs, oracle = [Path(d) for d in args.pool], Path(args.oracle) if args.oracle else None
-        if args.docs:
-            runs, oracle = archive_runs(runs, oracle)
-            print(f"archived the records under {SPLITS_ARCHIVE}: pooling from there")
-        pooled = pool_splits(runs, oracle, Path(args.out) if args.out else None)
-        print(f"wrote {Path(args.out) if args.out else pooled_json(pooled['split'])}")
-        for t in pooled["targets"]:
-            print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
-        if args.docs:
-            print(f"wrote {write_pooled_docs(pooled, readme=Path('README.md'))}, {pooled_png(pooled['split'])} and "
-                  "README.md")
-        return 0
+    if args.pool or args.curve:
+        return _from_saved_records(args)
     result = evaluate_split(Path(args.run_dir), args.per_set, args.split)
     print(splits_markdown(result))
     if args.docs:
