@@ -530,6 +530,9 @@ def test_the_curve_refuses_runs_that_differ_beyond_the_instances_hand_written_sp
         splits.curve_splits([base, other], out=tmp_path / "c.json")
     with pytest.raises(split_pool.SplitPoolError, match="at least two runs"):
         splits.curve_splits([base], out=tmp_path / "c.json")
+    seeds = [base, _curve_run(tmp_path, "a2", 2002, 0, 0.4)]  # two seeds of one point: no curve yet
+    with pytest.raises(split_pool.SplitPoolError, match="trained on 0 generated instances"):
+        splits.curve_splits(seeds, out=tmp_path / "c.json")
     latin = _write_run(tmp_path, "latin", 1234, _outcomes(20, *(dict.fromkeys(SETS, 0.5),) * 2), _cases(20),
                        recipe={"drift_train_instances": -1})
     with pytest.raises(split_pool.SplitMismatchError, match="hand-written split"):

@@ -83,6 +83,9 @@ def curve(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: i
     for run in runs:
         by_n.setdefault(train_instances(run), []).append(run)
     ns = sorted(by_n)
+    if len(ns) < 2:
+        raise SplitPoolError(f"every run given was trained on {ns[0]} generated instances: a curve needs runs at two "
+                             f"numbers at least (`python -m cells run ... --set {CURVE_KNOB}=N`)")
     sets = curve_sets(runs[0])
     points = [{"instances": n, "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed} for r in by_n[n]],
                "sets": {w: _point(w, by_n[n], by_n[ns[0]], resamples) for w in sets}} for n in ns]
