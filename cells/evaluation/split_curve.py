@@ -35,13 +35,13 @@ REQUIRED_POINTS = 4  # the experiment asks for at least four points
 def train_instances(run: SplitRun) -> int:
     """How many distinct generated instances the run's training could meet (`drift_train_instances`; -1: all of
     the split's training instances)."""
-    from cells.step_06_drift import drift_split
+    from cells.step_06_drift import GeneratedSplit, drift_split
 
     if run.recipe is None or CURVE_KNOB not in run.recipe:
         raise SplitPoolError(f"{run.path}: eval_splits.json records no {CURVE_KNOB} (an archive older than the "
                              "recorded recipe): replay it with `python -m cells splits`")
     split = drift_split(run.split)
-    if not hasattr(split, "training_ids"):
+    if not isinstance(split, GeneratedSplit):
         raise SplitMismatchError(f"{run.path} was evaluated on {run.split!r}, a hand-written split: the curve is "
                                  "drawn over a generated one (e.g. latin-gen, the cpu-gen preset)")
     return len(split.training_ids(int(run.recipe[CURVE_KNOB])))
@@ -78,6 +78,8 @@ def _point(which: str, runs: Sequence[SplitRun], fewest: Sequence[SplitRun], res
 
 def curve(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: int = 10_000) -> dict[str, Any]:
     """The curve's points, fewest training instances first; see the module docstring."""
+    from cells.evaluation import stats
+
     check_curve(runs, oracle)
     by_n: dict[int, list[SplitRun]] = {}
     for run in runs:
@@ -89,8 +91,6 @@ def curve(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: i
     sets = curve_sets(runs[0])
     points = [{"instances": n, "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed} for r in by_n[n]],
                "sets": {w: _point(w, by_n[n], by_n[ns[0]], resamples) for w in sets}} for n in ns]
-    from cells.evaluation import stats
-
     return {"split": runs[0].split, "per_set": runs[0].per_set, "knob": CURVE_KNOB, "sets": sets,
             "points": points, "required_points": REQUIRED_POINTS,
             "oracle": None if oracle is None else {
