@@ -179,6 +179,15 @@ def test_a_missing_block_is_named_with_the_markers_to_add():
         docblocks.replace_block("# nothing\n", "bench:env", "x")
 
 
+def _assert_archived(path, kind, result, dirs):
+    """A published split result is named for its split and read runs whose records the repository keeps."""
+    assert path.name == f"splits_{kind}_{result['split']}.json"
+    dirs = [*dirs, *([result["oracle"]["dir"]] if result.get("oracle") else [])]
+    missing = [d for d in dirs if not (ROOT / d).is_dir()]
+    assert not missing, (f"{path} was computed from run directories the repository lacks ({missing}): rerun its "
+                         "`python -m cells splits ... --docs`, which keeps their records in docs/results/splits/")
+
+
 def test_the_pooled_split_results_recompute_from_the_records_kept_in_the_repository(tmp_path):
     import json
 
@@ -188,17 +197,30 @@ def test_the_pooled_split_results_recompute_from_the_records_kept_in_the_reposit
     assert pools, "no published pool under docs/results/"
     for path in pools:
         pooled = json.loads(path.read_text(encoding="utf-8"))
-        assert path.name == f"splits_pooled_{pooled['split']}.json"
-        dirs = [r["dir"] for r in pooled["runs"]] + ([pooled["oracle"]["dir"]] if pooled.get("oracle") else [])
-        missing = [d for d in dirs if not (ROOT / d).is_dir()]
-        assert not missing, (f"{path} was pooled from run directories the repository lacks ({missing}): pool with "
-                             "`python -m cells splits --pool ... --docs`, which keeps their records in "
-                             "docs/results/splits/")
+        _assert_archived(path, "pooled", pooled, [r["dir"] for r in pooled["runs"]])
         again_path = tmp_path / path.name
         pool_splits([ROOT / r["dir"] for r in pooled["runs"]],
                     ROOT / pooled["oracle"]["dir"] if pooled.get("oracle") else None, out=again_path)
         again = json.loads(again_path.read_text(encoding="utf-8"))
         assert again["sets"] == pooled["sets"] and again["targets"] == pooled["targets"]
+
+
+def test_the_generalisation_curves_recompute_from_the_records_kept_in_the_repository(tmp_path):
+    import json
+
+    from cells.experiments.drift_split import curve_splits, published
+
+    curves = published("curve", ROOT / "docs" / "results")
+    assert curves, "no published generalisation curve under docs/results/"
+    for path in curves:
+        drawn = json.loads(path.read_text(encoding="utf-8"))
+        dirs = [r["dir"] for p in drawn["points"] for r in p["runs"]]
+        _assert_archived(path, "curve", drawn, dirs)
+        oracle = drawn["oracle"]["dir"] if drawn.get("oracle") else None
+        again = curve_splits([ROOT / d for d in dirs], ROOT / oracle if oracle else None, out=tmp_path / path.name)
+        assert [(p["instances"], p["sets"]) for p in again["points"]] == [
+            (p["instances"], p["sets"]) for p in drawn["points"]]
+        assert (again["oracle"] or {}).get("sets") == (drawn["oracle"] or {}).get("sets")
 
 
 def test_the_readmes_python_example_runs_as_written(capsys):

@@ -131,7 +131,8 @@ def curve_markdown(result: Mapping[str, Any], image: str | None = None) -> str:
         lines.append("")
     lines += [f"After GRPO, paired difference against {points[0]['instances']} instances (points, same episodes, "
               "seeds present at both):", "", "| " + " | ".join(head) + " |", sep]
-    lines += [f"| {p['instances']} | {', '.join(str(r['seed']) for r in p['runs'])} | "
+    fewest = {r["seed"] for r in points[0]["runs"]}
+    lines += [f"| {p['instances']} | {', '.join(str(r['seed']) for r in p['runs'] if r['seed'] in fewest)} | "
               + " | ".join(_pct(p["sets"][w]["vs_fewest"], signed=True) for w in sets) + " |" for p in points[1:]]
     return "\n".join(lines)
 
@@ -157,6 +158,7 @@ def plot_curve(result: Mapping[str, Any], path: Path) -> Path:
         if oracle:
             ax.axhline(100 * oracle["value"], linestyle="--", color=colour, alpha=0.6)
     ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlim(-1, max(xs) * 1.5)  # no negative counts: symlog would draw a decade of them
     ax.set_xlabel(f"distinct generated drift instances in training ({result['knob']})")
     ax.set_ylabel("held-out success after GRPO (%)")
     ax.set_ylim(0, 100)
