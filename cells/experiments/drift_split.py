@@ -290,10 +290,14 @@ def pool_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path 
     return _save(pooled, out or pooled_json(pooled["split"]))
 
 
+def _records_command(flag: str, dirs: list[str], oracle: dict[str, Any] | None) -> str:
+    """The `--docs` command that rereads the same saved records (`--pool` or `--curve`), as the docs cite it."""
+    return (f"python -m cells splits {flag} " + " ".join(dirs) + (f" --oracle {oracle['dir']}" if oracle else "")
+            + " --docs")
+
+
 def pool_command(pooled: dict[str, Any]) -> str:
-    oracle = pooled.get("oracle")
-    return ("python -m cells splits --pool " + " ".join(r["dir"] for r in pooled["runs"])
-            + (f" --oracle {oracle['dir']}" if oracle else "") + " --docs")
+    return _records_command("--pool", [r["dir"] for r in pooled["runs"]], pooled.get("oracle"))
 
 
 GLANCE = "splits:glance"  # the README's block: `glance_block` writes it from the pooled JSON
@@ -339,9 +343,7 @@ def curve_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path
 
 
 def curve_command(result: dict[str, Any]) -> str:
-    runs = [r["dir"] for p in result["points"] for r in p["runs"]]
-    oracle = result.get("oracle")
-    return "python -m cells splits --curve " + " ".join(runs) + (f" --oracle {oracle['dir']}" if oracle else "") + " --docs"
+    return _records_command("--curve", [r["dir"] for p in result["points"] for r in p["runs"]], result.get("oracle"))
 
 
 def write_curve_docs(result: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path | None = None) -> Path:
