@@ -114,13 +114,31 @@ def test_lora_profiles_still_boot_wrapped(tmp_path):
     assert any("modules_to_save" in n for n in trainable)
 
 
-def test_warm_start_full_needs_a_tiny_model_and_no_embedding_copies():
+def test_warm_start_full_needs_a_tiny_model():
     from cells.step_02_profiles import ProfileError
 
     with pytest.raises(ProfileError, match="warm_start_full"):
         dataclasses.replace(get_profile("colab-t4"), warm_start_full=True)
-    with pytest.raises(ProfileError, match="lora_modules_to_save"):
-        dataclasses.replace(get_profile("cpu-smoke"), lora_modules_to_save=("embed_tokens",))
+
+
+def test_a_grpo_adapter_over_a_full_warm_start_can_train_the_tied_embeddings_and_disable_back_to_them(booted):
+    import torch
+
+    model, tok, _ = booted
+    model = copy.deepcopy(model)  # the module-scoped fixture stays untouched: unloading keeps the trained copy
+    profile = dataclasses.replace(get_profile("cpu-smoke"), lora_modules_to_save=("embed_tokens",))
+    ids = torch.tensor([tok("hello world", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    wrapped = s12.attach_adapter(model, profile)
+    trainable = {n: p for n, p in wrapped.named_parameters() if p.requires_grad}
+    copies = [n for n in trainable if "modules_to_save" in n]
+    assert copies and all("embed_tokens" in n for n in copies)
+    with torch.no_grad():  # move the trained copy: the output vocabulary moves with it (tied LM head) ...
+        trainable[copies[0]].add_(0.5)
+        assert not torch.allclose(wrapped(input_ids=ids).logits, before)
+        with wrapped.disable_adapter():  # ... and the KL reference, adapter off, is the warm start untouched
+            torch.testing.assert_close(wrapped(input_ids=ids).logits, before)
 
 
 def test_cache_is_reused_and_deterministic(booted):

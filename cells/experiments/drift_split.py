@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -361,26 +363,46 @@ def write_curve_docs(result: dict[str, Any], docs: Path = Path("docs/results.md"
     return write_block(docs, name, block)
 
 
-def _from_saved_records(args: argparse.Namespace) -> int:
+def _pool_lines(result: dict[str, Any]) -> list[str]:
+    return [f"[splits] {t['status']}: {t['target']}: {t['measured']}" for t in result["targets"]]
+
+
+def _curve_lines(result: dict[str, Any]) -> list[str]:
+    return [f"[curve] {p['instances']} instances: " + "; ".join(
+        f"{w} {p['sets'][w]['trained']['value']:.1%}" for w in result["sets"] if "unseen" in w) for p in result["points"]]
+
+
+@dataclass(frozen=True)
+class SavedRecordsCommand:
+    """One of the commands that reread runs' saved records without playing (`--pool`, `--curve`)."""
+
+    kind: str  # `published_file`'s kind: where the JSON and plot go
+    compute: Callable[[list[Path], Path | None, Path | None], dict[str, Any]]  # runs, oracle, out -> result
+    lines: Callable[[dict[str, Any]], list[str]]  # what to print of a result
+    write_docs: Callable[[dict[str, Any]], Path]  # --docs: the block (and plot) from a result
+    also_writes: str = ""  # what else --docs rewrites, for the user
+
+
+def _saved_records_commands() -> dict[str, SavedRecordsCommand]:
+    return {
+        "pool": SavedRecordsCommand("pooled", pool_splits, _pool_lines,
+                                    lambda r: write_pooled_docs(r, readme=Path("README.md")), " and README.md"),
+        "curve": SavedRecordsCommand("curve", curve_splits, _curve_lines, write_curve_docs),
+    }
+
+
+def _from_saved_records(command: SavedRecordsCommand, run_dirs: list[str], args: argparse.Namespace) -> int:
     """`--pool` or `--curve`: read the runs' saved records (archived first with `--docs`), write and print."""
-    kind = "curve" if args.curve else "pooled"
-    runs, oracle = [Path(d) for d in args.curve or args.pool], Path(args.oracle) if args.oracle else None
+    runs, oracle = [Path(d) for d in run_dirs], Path(args.oracle) if args.oracle else None
     if args.docs:
         runs, oracle = archive_runs(runs, oracle)
         print(f"archived the records under {SPLITS_ARCHIVE}: reading them from there")
-    result = (curve_splits if args.curve else pool_splits)(runs, oracle, Path(args.out) if args.out else None)
-    print(f"wrote {Path(args.out) if args.out else published_file(kind, result['split'])}")
-    if args.curve:
-        for p in result["points"]:
-            print(f"[curve] {p['instances']} instances: " + "; ".join(
-                f"{w} {p['sets'][w]['trained']['value']:.1%}" for w in result["sets"] if "unseen" in w))
-    else:
-        for t in result["targets"]:
-            print(f"[splits] {t['status']}: {t['target']}: {t['measured']}")
+    result = command.compute(runs, oracle, Path(args.out) if args.out else None)
+    print(f"wrote {Path(args.out) if args.out else published_file(command.kind, result['split'])}")
+    print("\n".join(command.lines(result)))
     if args.docs:
-        written = write_curve_docs(result) if args.curve else write_pooled_docs(result, readme=Path("README.md"))
-        print(f"wrote {written}, {published_file(kind, result['split'], 'png')}"
-              + ("" if args.curve else " and README.md"))
+        written = command.write_docs(result)
+        print(f"wrote {written}, {published_file(command.kind, result['split'], 'png')}{command.also_writes}")
     return 0
 
 
@@ -411,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out and (not (args.pool or args.curve) or args.docs):
         parser.error("--out goes with --pool or --curve, without --docs (the docs pool into their own JSON)")
     if args.pool or args.curve:
-        return _from_saved_records(args)
+        flag = "pool" if args.pool else "curve"
+        return _from_saved_records(_saved_records_commands()[flag], getattr(args, flag), args)
     result = evaluate_split(Path(args.run_dir), args.per_set, args.split)
     print(splits_markdown(result))
     if args.docs:

@@ -110,8 +110,9 @@ class Profile:
                                          help="modules the LoRA wraps")
     lora_modules_to_save: tuple[str, ...] = knob(
         (), scope="adapter",
-        help="modules trained in full inside the adapter (peft `modules_to_save`); CPU profiles train the tied "
-             "embeddings because a LoRA on a frozen random model cannot move the output vocabulary enough")
+        help="modules trained in full inside the adapter (peft `modules_to_save`, e.g. [\"embed_tokens\"]: the tied "
+             "embeddings and LM head, which a LoRA of the projections never moves); the adapter-disabled model, "
+             "GRPO's KL reference, keeps the originals")
     # --- generation / rollout (steps 11, 14) ---
     max_prompt_tokens: int = knob(1280, help="turn-0 prompt incl. tool docs; sizes Unsloth's max_seq_length")
     max_new_tokens_per_turn: int = knob(96, help="one assistant turn's generation cap")
@@ -332,12 +333,6 @@ class Profile:
             if getattr(self, knob) < 0:
                 raise ProfileError(f"profile {self.name!r}: {knob} must be >= 0 (drills per expert conversation), "
                                    f"got {getattr(self, knob)}")
-        if self.warm_start_full and self.lora_modules_to_save:
-            raise ProfileError(
-                f"profile {self.name!r}: with warm_start_full the embeddings are trained in the warm start; "
-                f"lora_modules_to_save={self.lora_modules_to_save} would also copy them into every GRPO adapter. "
-                "Set lora_modules_to_save=()"
-            )
 
     def _check_declared_values(self) -> None:
         """Every knob declared with `choices` holds one of them; every knob declared with `at_most` is in range."""
