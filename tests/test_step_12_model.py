@@ -134,6 +134,8 @@ def test_a_grpo_adapter_over_a_full_warm_start_can_train_the_tied_embeddings_and
     trainable = {n: p for n, p in wrapped.named_parameters() if p.requires_grad}
     copies = [n for n in trainable if "modules_to_save" in n]
     assert copies and all("embed_tokens" in n for n in copies)
+    lm_head, embed = wrapped.base_model.model.lm_head, wrapped.base_model.model.model.embed_tokens
+    assert lm_head.modules_to_save["default"].weight is embed.modules_to_save["default"].weight  # one tied copy
     with torch.no_grad():  # move the trained copy: the output vocabulary moves with it (tied LM head) ...
         trainable[copies[0]].add_(0.5)
         assert not torch.allclose(wrapped(input_ids=ids).logits, before)
