@@ -111,8 +111,8 @@ class Profile:
     lora_modules_to_save: tuple[str, ...] = knob(
         (), scope="adapter",
         help="modules trained in full inside the adapter (peft `modules_to_save`, e.g. [\"embed_tokens\"]: the tied "
-             "embeddings and LM head, which a LoRA of the projections never moves); the adapter-disabled model, "
-             "GRPO's KL reference, keeps the originals")
+             "embeddings and LM head, which a LoRA of the projections never moves); GRPO's KL reference, TRL's frozen "
+             "`ref` copy of the adapter at each stage's start, copies them too")
     # --- generation / rollout (steps 11, 14) ---
     max_prompt_tokens: int = knob(1280, help="turn-0 prompt incl. tool docs; sizes Unsloth's max_seq_length")
     max_new_tokens_per_turn: int = knob(96, help="one assistant turn's generation cap")
