@@ -67,6 +67,8 @@ def with_knobs(profile: Profile, settings: Sequence[str]) -> Profile:
         except json.JSONDecodeError:
             value = raw
         default = getattr(profile, name)
+        if name == "tiny" and isinstance(value, dict):
+            value = _reshaped_tiny(profile, value, raw)
         if isinstance(default, tuple) and isinstance(value, list):
             value = _as_tuples(value)
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
@@ -77,6 +79,20 @@ def with_knobs(profile: Profile, settings: Sequence[str]) -> Profile:
     if not changes:
         return profile
     return dataclasses.replace(profile, **changes, knobs_set=(*profile.knobs_set, *settings))
+
+
+def _reshaped_tiny(profile: Profile, fields: dict[str, Any], raw: str) -> TinyModelRecipe:
+    """The profile's tiny-model recipe with `fields` changed (`--set 'tiny={"hidden_size": 128}'`): the model's
+    shape is a lever (a larger model may generalise better) without writing a preset."""
+    if profile.tiny is None:
+        raise ProfileError(f"--set tiny={raw}: profile {profile.name!r} boots a Hub model, not the tiny local one")
+    known = {f.name for f in dataclasses.fields(TinyModelRecipe)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ProfileError(f"--set tiny={raw}: {unknown} are not fields of TinyModelRecipe ({sorted(known)})")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in fields.values()):
+        raise ProfileError(f"--set tiny={raw}: every field of the model's shape is a positive integer")
+    return dataclasses.replace(profile.tiny, **fields)
 
 
 def get_profile(name: str) -> Profile:

@@ -158,6 +158,28 @@ def test_set_changes_single_knobs_by_their_declared_types_and_the_run_keeps_them
         base, seed=7, grpo_resample_on="success", knobs_set=("grpo_resample_on=success",))
 
 
+def test_set_tiny_reshapes_the_presets_model_and_the_run_reloads_it(tmp_path):
+    from cells.pipeline import make_context
+    from cells.step_02_profiles import run as write_profile
+    from cells.step_02_profiles import with_knobs
+
+    base = get_profile("cpu-gen")
+    wider = '{"hidden_size": 128, "num_hidden_layers": 4}'
+    changed = with_knobs(base, [f"tiny={wider}"])
+    assert changed.tiny == dataclasses.replace(base.tiny, hidden_size=128, num_hidden_layers=4)
+    assert changed.tiny.intermediate_size == base.tiny.intermediate_size  # fields not named keep the preset's
+    for bad, fragment in (('tiny={"width": 3}', r"\['width'\] are not fields of TinyModelRecipe"),
+                          ('tiny={"hidden_size": 0}', "positive integer"),
+                          ('tiny={"hidden_size": "128"}', "positive integer")):
+        with pytest.raises(ProfileError, match=fragment):
+            with_knobs(base, [bad])
+    with pytest.raises(ProfileError, match="boots a Hub model"):
+        with_knobs(get_profile("cpu-gemma"), [f"tiny={wider}"])
+    (tmp_path / "exp").mkdir()
+    ctx = make_context("cpu-gen", tmp_path / "exp", seed=7, knobs=[f"tiny={wider}"])
+    assert load_run_profile(write_profile(ctx).run_dir).tiny == changed.tiny
+
+
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_a_run_reloads_with_the_knobs_it_was_trained_with_even_after_its_preset_changed(tmp_path, name):
     import json

@@ -98,7 +98,8 @@ class Profile:
     cpu_only: bool = knob(False, help="a pretrained model trained and evaluated on the CPU even where a GPU exists "
                                       "(cpu-gemma)")
     tiny: TinyModelRecipe | None = knob(default_factory=TinyModelRecipe, shown="`TinyModelRecipe()`",
-                                        help="the local model's shape (when model_id is None)")
+                                        help="the local model's shape (when model_id is None); `--set 'tiny={\"hidden_size\": 128}'` "
+                                             "changes the named fields of the preset's")
     load_in_4bit: bool = knob(False, help="NF4 weights (Unsloth or bitsandbytes) on a GPU; ignored on the CPU")
     use_unsloth: bool = knob(False, help="boot through Unsloth when it imports (GPU); else transformers + peft, "
                                          "same adapter")
