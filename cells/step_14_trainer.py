@@ -16,7 +16,8 @@
   `resample_on="success"` also replaces a group whose episodes all succeed or all fail (its gradient comes from
   partial credit and penalties only); `groups/success_uniform_first_frac` / `_frac` are logged either way.
   `success_advantage=λ` adds λ to each successful episode's advantage after scaling (a RAFT-like pull towards the
-  policy's own successes inside the same loss; 0 = off).
+  policy's own successes inside the same loss; 0 = off). `advantage_on="success"` computes the advantages from
+  task success (0/1) instead of the shaped reward, as Reinforce-Rej and DAPO do with a correctness reward.
 - `EpisodeDatasetAdapter` (`cells/modeling/episode_dataset.py`): record `i` = curriculum step `i`, a pure function
   of `i`; TRL is handed a dataset of step indices and the trainer materialises the records.
 - `AdaptiveKLCallback` (`cells/modeling/adaptive_kl.py`): `beta *= exp(clamp(kp * (kl - target) / target, +-50))`,

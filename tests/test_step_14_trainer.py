@@ -447,6 +447,23 @@ def test_a_success_advantage_adds_to_each_successful_episode_after_scaling(tiny_
         make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter), success_advantage=-0.1)
 
 
+def test_advantages_on_success_compare_successes_not_the_failures_shades(tiny_cache, tmp_path):
+    # Group 1: one success among failures whose rewards differ by penalties; on reward the success's advantage is
+    # diluted by the failures' spread, on success it is what one success among three equal failures gets.
+    counter = [0]
+    rewards, tasks = [0.9, -0.6, 0.0, 0.3, 0.1, 0.2, 0.3, 0.4], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter, tasks=tasks),
+                           prompts_per_step=2, advantage_on="success")
+    trainer.model.train()
+    adv = trainer._generate_and_score_completions(first_generation_batch(trainer))["advantages"]
+    t = torch.tensor(tasks[:4])
+    assert torch.allclose(adv, torch.tensor(((t - t.mean()) / (t.std() + 1e-4)).tolist() + [0.0] * 4), atol=1e-5)
+    on_reward = torch.tensor(rewards[:4])
+    assert adv[0] > 1.2 * ((on_reward - on_reward.mean()) / (on_reward.std() + 1e-4))[0]  # the dilution it undoes
+    with pytest.raises(s14.TrainerSetupError, match="advantage_on must be one of"):
+        make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv(rewards, counter), advantage_on="reward_std")
+
+
 def seed_recording_reward(seen):
     def score(*, _meta, **kwargs):
         seen.extend(int(m["episode_seed"]) for m in _meta)

@@ -77,9 +77,10 @@ class DriftCallGRPOTrainer(GRPOTrainer):
     Construction adds, over `GRPOTrainer`'s own arguments: `rollout_group_fn` (plays G episodes of one goal),
     `env_factory` (a fresh env per episode), `reward_fn_driftcall` (rewards from the episodes), adaptive KL
     (`enable_adaptive_kl`, `adaptive_kl_*`: an `AdaptiveKLCallback`, registered first so reporters see its keys),
-    dynamic sampling (`resample_rounds`, `resample_on`), `group_labels` (per-label zero-variance counts in the logs)
-    and `success_advantage` (added to each successful episode's advantage after scaling: a RAFT-like pull towards
-    the policy's own successes inside the same loss; 0 = off). An `EpisodeDatasetAdapter` as `train_dataset` is
+    dynamic sampling (`resample_rounds`, `resample_on`), `group_labels` (per-label zero-variance counts in the logs),
+    `success_advantage` (added to each successful episode's advantage after scaling: a RAFT-like pull towards
+    the policy's own successes inside the same loss; 0 = off) and `advantage_on` (`"success"`: the advantages
+    compare the episodes' task success, 0/1, instead of their rewards). An `EpisodeDatasetAdapter` as `train_dataset` is
     handed to TRL as a dataset of step indices and materialised here.
     """
 
@@ -89,7 +90,7 @@ class DriftCallGRPOTrainer(GRPOTrainer):
                  adaptive_kl_beta_min: float = DEFAULT_BETA_MIN, adaptive_kl_beta_max: float = DEFAULT_BETA_MAX,
                  resample_rounds: int = 0, resample_on: str = "reward", group_labels: Any = None,
                  success_advantage: float = 0.0, keep: str = "all", step_advantage: float = 0.0,
-                 group_trace: str | None = None, **kwargs: Any) -> None:
+                 advantage_on: str = "reward", group_trace: str | None = None, **kwargs: Any) -> None:
         if not 0 <= int(resample_rounds) <= (cap := knob_cap("grpo_resample_rounds")):
             raise TrainerSetupError(f"resample_rounds must be in [0, {cap}], got {resample_rounds!r}")
         if resample_on not in (criteria := knob_choices("grpo_resample_on")):
@@ -100,6 +101,8 @@ class DriftCallGRPOTrainer(GRPOTrainer):
             raise TrainerSetupError(f"keep must be one of {kept}, got {keep!r}")
         if step_advantage < 0:
             raise TrainerSetupError(f"step_advantage must be >= 0, got {step_advantage!r}")
+        if advantage_on not in (scores := knob_choices("grpo_advantage_on")):
+            raise TrainerSetupError(f"advantage_on must be one of {scores}, got {advantage_on!r}")
         kwargs.setdefault("reward_funcs", [_placeholder_reward])  # TRL requires one; rewards come from episodes
         self.resample_rounds = int(resample_rounds)  # dynamic sampling: replays of a zero-variance group per step
         self.resample_on = resample_on  # which groups count as without signal: equal rewards, or equal successes
@@ -107,6 +110,7 @@ class DriftCallGRPOTrainer(GRPOTrainer):
         self.success_advantage = float(success_advantage)
         self.keep = keep  # "success_contrast": only groups with a success and a failure reach the update
         self.step_advantage = float(step_advantage)  # GiGPO's weight on the step-level advantage (0: off)
+        self.advantage_on = advantage_on  # "success": advantages (episode and step) compare task success, not reward
         self.group_trace = group_trace  # a JSON-lines file: one line per group played (`_trace_groups`)
         self.episode_dataset: EpisodeDatasetAdapter | None = None
         if isinstance(kwargs.get("train_dataset"), EpisodeDatasetAdapter):
@@ -151,6 +155,8 @@ class DriftCallGRPOTrainer(GRPOTrainer):
                 runs, groups, played, rewards, successes, (all_rewards, all_successes), g)
         episodes, trajectories = played
         advantages, zero_std = group_advantages(all_rewards, g, self.scale_rewards)  # (B * processes,) each
+        if self.advantage_on == "success":  # zero_std stays the rewards': TRL's metric and dynamic sampling's
+            advantages, _ = group_advantages(all_successes, g, self.scale_rewards)
         # RAFT's supervised pull on the policy's own successes, inside the same loss (zero-variance groups included)
         advantages = advantages + self.success_advantage * all_successes
         index = self.accelerator.process_index
@@ -160,7 +166,8 @@ class DriftCallGRPOTrainer(GRPOTrainer):
         rows = self._rows_to_update(row_groups, contrast)
         batch = pad_trajectories([trajectories[r] for r in rows], self.processing_class.pad_token_id,
                                  self.accelerator.device)
-        batch["advantages"] = self._update_advantages(mine, trajectories, rewards, runs, g, rows, contrast,
+        scores = successes if self.advantage_on == "success" else rewards  # what the step advantage compares too
+        batch["advantages"] = self._update_advantages(mine, trajectories, scores, runs, g, rows, contrast,
                                                       row_groups, batch["completion_ids"].size(1))
         loss_mask = batch["completion_mask"] * batch["tool_mask"]  # (B', C): the rows that reach the update
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()

@@ -161,6 +161,13 @@ class Profile:
         "group", scope="grpo", choices=("group", "batch", "none"),
         help="how advantages are scaled (TRL's `scale_rewards`): `group`, by each group's reward std; `batch`, by "
              "the std over the step's episodes; `none`, not at all")
+    # Reinforce-Rej (arXiv 2504.11343) and DAPO (arXiv 2503.14476) compute the advantage on a binary correctness
+    # reward. On DriftCall's shaped reward a success among failures that differ by penalties and format is scaled by
+    # the failures' spread too: its advantage shrinks where the recovery is rare (`diagnose --signal`).
+    grpo_advantage_on: str = knob(
+        "reward", scope="grpo", choices=("reward", "success"),
+        help="what the group-relative advantage compares: `reward`, the episodes' rewards; `success`, their task "
+             "success (0/1, r_task), so within a group only succeeding against failing counts")
     grpo_success_advantage: float = knob(
         0.0, scope="grpo", help="added to the advantage of every episode that succeeded (r_task), after scaling: a "
                                 "RAFT-like pull towards the policy's own successes inside GRPO's loss (0: off)")

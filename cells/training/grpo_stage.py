@@ -110,6 +110,7 @@ def build_stage_trainer(ctx: Any, stage: int, output_dir: Path, callbacks: list[
         success_advantage=ctx.profile.grpo_success_advantage,
         keep=ctx.profile.grpo_keep,
         step_advantage=ctx.profile.grpo_step_advantage,
+        advantage_on=ctx.profile.grpo_advantage_on,
         group_trace=str(Path(output_dir) / GROUP_TRACE),
         group_labels=pattern_set_labels(ctx.profile),
         callbacks=[*callbacks, SignalReport(stage, ctx.trainer_state)],  # prints the stage's zero-variance share
