@@ -65,10 +65,7 @@ def _cmd_control(args: argparse.Namespace) -> int:
 def _cmd_splits(args: argparse.Namespace) -> int:
     from cells.experiments.drift_split import main as splits_main
 
-    return splits_main(["--run-dir", args.run_dir, "--per-set", str(args.per_set)]
-                       + (["--split", args.split] if args.split else []) + (["--docs"] if args.docs else [])
-                       + (["--pool", *args.pool] if args.pool else []) + (["--curve", *args.curve] if args.curve else [])
-                       + (["--oracle", args.oracle] if args.oracle else []) + (["--out", args.out] if args.out else []))
+    return splits_main(args.extra)  # its flags live in its own parser: `python -m cells splits --help`
 
 
 def _cmd_curve(args: argparse.Namespace) -> int:
@@ -209,23 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "model's own successful rollouts (cells/experiments/raft.py)")
     p_control.set_defaults(func=_cmd_control)
     p_splits = _command(sub, "splits", "A finished CPU run's models on held-out episodes stratified by drift split: "
-                                       "demonstrated, reinforced, unseen (cells/experiments/drift_split.py).")
-    p_splits.add_argument("--run-dir", default="runs/cpu-rl")
-    p_splits.add_argument("--per-set", type=int, default=100, help="held-out cases per pattern set (default 100)")
-    p_splits.add_argument("--split", default=None, help="the drift split (default: the run's drift_split)")
-    p_splits.add_argument("--docs", action="store_true", help="also write the tables into docs/results.md")
-    p_splits.add_argument("--pool", nargs="+", metavar="RUN_DIR", default=None,
-                          help="pool these runs' saved split records over seeds, playing nothing "
-                               "(docs/results/splits_pooled_<split>.json; with --docs also the plot and docs block)")
-    p_splits.add_argument("--curve", nargs="+", metavar="RUN_DIR", default=None,
-                          help="the generalisation curve of runs differing only in drift_train_instances and the "
-                               "seed, playing nothing (docs/results/splits_curve_<split>.json; with --docs the plot "
-                               "and docs block)")
-    p_splits.add_argument("--oracle", default=None, metavar="RUN_DIR",
-                          help="with --pool or --curve: a run with every pattern demonstrated, evaluated with --split")
-    p_splits.add_argument("--out", default=None, metavar="JSON",
-                          help="with --pool or --curve and without --docs: write the JSON here instead of the "
-                               "published one")
+                                       "demonstrated, reinforced, unseen; pools, curves and model sizes from saved "
+                                       "records (cells/experiments/drift_split.py; --help there).", add_help=False)
     p_splits.set_defaults(func=_cmd_splits)
     p_curve = _command(sub, "curve", "A finished CPU run's GRPO checkpoints on held-out episodes of its drift split's "
                                      "pattern sets: the learning curve (cells/experiments/curve.py; --help there).",
@@ -273,9 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and getattr(args, "func", None) not in (_cmd_diagnose, _cmd_curve):
+    if extra and getattr(args, "func", None) not in (_cmd_diagnose, _cmd_curve, _cmd_splits):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.extra = extra  # diagnose's and curve's own arguments, parsed by their modules' `main`
+    args.extra = extra  # diagnose's, curve's and splits' own arguments, parsed by their modules' `main`
     from cells.errors import DriftCallError
 
     try:

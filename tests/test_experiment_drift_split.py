@@ -528,10 +528,10 @@ def test_the_curve_refuses_runs_that_differ_beyond_the_instances_hand_written_sp
     other = _curve_run(tmp_path, "b", 2001, -1, 0.6, learning_rate=0.002)
     with pytest.raises(split_pool.RecipeMismatchError, match="learning_rate"):
         splits.curve_splits([base, other], out=tmp_path / "c.json")
-    with pytest.raises(split_pool.SplitPoolError, match="at least two runs"):
+    with pytest.raises(split_pool.SplitPoolError, match="every run given has 0 instances"):
         splits.curve_splits([base], out=tmp_path / "c.json")
     seeds = [base, _curve_run(tmp_path, "a2", 2002, 0, 0.4)]  # two seeds of one point: no curve yet
-    with pytest.raises(split_pool.SplitPoolError, match="trained on 0 generated instances"):
+    with pytest.raises(split_pool.SplitPoolError, match="every run given has 0 instances: --curve needs runs at two"):
         splits.curve_splits(seeds, out=tmp_path / "c.json")
     latin = _write_run(tmp_path, "latin", 1234, _outcomes(20, *(dict.fromkeys(SETS, 0.5),) * 2), _cases(20),
                        recipe={"drift_train_instances": -1})
@@ -540,6 +540,55 @@ def test_the_curve_refuses_runs_that_differ_beyond_the_instances_hand_written_sp
     fewer = _curve_run(tmp_path, "fewer", 2002, 100, 0.5, n=10)
     with pytest.raises(split_pool.CaseListMismatchError, match="same --per-set"):
         splits.curve_splits([base, fewer], out=tmp_path / "c.json")
+
+
+def _shape(hidden, layers=3):
+    """A recipe's flat record of a tiny-model shape (`tiny.<field>`), the preset's but `hidden` and `layers`."""
+    tiny = dataclasses.replace(get_profile("cpu-gen").tiny, hidden_size=hidden, num_hidden_layers=layers)
+    return {f"tiny.{k}": v for k, v in dataclasses.asdict(tiny).items()}
+
+
+def test_model_sizes_order_runs_by_parameters_pair_within_seeds_and_refuse_other_differences(tmp_path):
+    from cells.evaluation import split_curve
+    from cells.modeling.tiny import tiny_parameters
+
+    small = _curve_run(tmp_path, "gen-2001", 2001, -1, 0.3, **_shape(96))
+    wide = _curve_run(tmp_path, "gen-wide-2001", 2001, -1, 0.5, **_shape(128, 4))
+    result = splits.curve_splits([wide, small], out=tmp_path / "sizes.json", axis="sizes")
+    sizes = [tiny_parameters(dataclasses.replace(get_profile("cpu-gen").tiny, hidden_size=h, num_hidden_layers=n))
+             for h, n in ((96, 3), (128, 4))]
+    assert [p["parameters"] for p in result["points"]] == sizes and sizes[0] < sizes[1]
+    assert result["axis"] == "sizes" and result["required_points"] is None
+    assert result["points"][1]["sets"]["unseen"]["vs_fewest"]["value"] == pytest.approx(0.2)  # paired, seed 2001
+    text = split_curve.curve_markdown(result, "results/sizes.png")
+    assert "against the tiny model's parameters" in text and "points the experiment asks for" not in text
+    assert f"| {sizes[1]:,} | 2001 | 50.0 [" in text and f"paired difference against {sizes[0]:,} parameters" in text
+    docs, png = tmp_path / "docs" / "results.md", tmp_path / "docs" / "results" / "sizes.png"
+    docs.parent.mkdir()
+    docs.write_text("# Results\n")
+    splits.write_curve_docs(result, docs, png)
+    block = docs.read_text()
+    assert block.count("<!-- splits:sizes:latin-gen:begin") == 1 and "python -m cells splits --sizes " in block
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    other = _curve_run(tmp_path, "gen-wide-lr", 2001, -1, 0.5, learning_rate=0.002, **_shape(128, 4))
+    with pytest.raises(split_pool.RecipeMismatchError, match=r"learning_rate.*change only the model's shape"):
+        splits.curve_splits([small, other], out=tmp_path / "s.json", axis="sizes")
+    more_data = _curve_run(tmp_path, "gen-wide-n0", 2001, 0, 0.5, **_shape(128, 4))  # the instances differ too
+    with pytest.raises(split_pool.RecipeMismatchError, match="drift_train_instances"):
+        splits.curve_splits([small, more_data], out=tmp_path / "s.json", axis="sizes")
+    with pytest.raises(split_pool.SplitPoolError, match="records no tiny-model shape"):
+        split_curve.model_parameters(split_pool.load_split_run(_curve_run(tmp_path, "hub", 2001, -1, 0.5)))
+
+
+def test_a_knob_an_older_record_lacks_reads_as_its_declared_default_when_recipes_are_compared():
+    from cells.profiles.profile import declared_default
+
+    older = {"lora_r": 64, "seed": 1}
+    assert split_pool.recipe_differences(older, older | {"grpo_advantage_on": declared_default("grpo_advantage_on")}) \
+        == {}
+    assert split_pool.recipe_differences(older, older | {"grpo_advantage_on": "success"}) == {
+        "grpo_advantage_on": ["reward", "success"]}
+    assert split_pool.recipe_differences(older, older | {"not_a_knob": 1}) == {"not_a_knob": [None, 1]}
 
 
 def test_the_splits_command_draws_the_curve_from_saved_records(tmp_path, capsys):
@@ -553,3 +602,5 @@ def test_the_splits_command_draws_the_curve_from_saved_records(tmp_path, capsys)
     assert "[curve] 0 instances: unseen 30.0%" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         splits.main(["--curve", str(runs[0]), "--pool", str(runs[1])])
+    with pytest.raises(SystemExit):
+        splits.main(["--curve", str(runs[0]), "--sizes", str(runs[1])])

@@ -156,12 +156,24 @@ SPLIT_KNOB = "drift_split"  # what the oracle, and only it, changes
 def recipe_differences(recipe: dict[str, Any] | None, other: dict[str, Any] | None,
                        ignore: frozenset[str] = NOT_RECIPE) -> dict[str, list[Any]] | None:
     """{knob: [recipe's value, other's value]} for every knob (but `ignore`) whose value differs; None when
-    either run's recipe is not recorded."""
+    either run's recipe is not recorded. A knob one recipe lacks (recorded before the knob existed) reads as its
+    declared default there: what the code did then, as `load_run_profile` reads an older run."""
     from cells.profiles.profile import knob_differences
 
     if recipe is None or other is None:
         return None
-    return {k: list(pair) for k, pair in knob_differences(recipe, other, ignore).items()}
+    return {k: list(pair) for k, pair in knob_differences(_with_defaults(recipe, other), _with_defaults(other, recipe),
+                                                          ignore).items()}
+
+
+def _with_defaults(recipe: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """`recipe` plus the declared default of every knob only `other` records."""
+    import dataclasses
+
+    from cells.profiles.profile import declared_default
+
+    missing = {k: declared_default(k) for k in other.keys() - recipe.keys()}
+    return recipe | {k: v for k, v in missing.items() if v is not dataclasses.MISSING}
 
 
 def archive_split_run(run_dir: Path, root: Path) -> Path:

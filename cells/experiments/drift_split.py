@@ -32,6 +32,9 @@ With `--docs` it first archives each run's records (gzipped, with `eval_splits.j
 generated split's generalisation curve over runs of one recipe that differ only in `--set drift_train_instances=N`
 and the seed (`cells.evaluation.split_curve`), into `docs/results/splits_curve_<split>.json`; with `--docs` (which
 archives the runs' records as `--pool` does) the plot and the block `splits:curve:<split>` of `docs/results.md`.
+`python -m cells splits --sizes runs/gen-2001 runs/gen-wide-2001 ...` does the same over runs that differ only in
+the tiny model's shape (`--set 'tiny={...}'`): held-out success against the model's parameters, block
+`splits:sizes:<split>`.
 """
 
 from __future__ import annotations
@@ -249,7 +252,8 @@ def archive_runs(run_dirs: list[Path], oracle_dir: Path | None, root: Path = SPL
 
 def published_file(kind: str, split: str, suffix: str = "json", root: Path = POOLED_DIR) -> Path:
     """Where a published result of `split`'s runs goes, one of each kind per split: `splits_<kind>_<split>.<suffix>`,
-    kind `pooled` (one recipe's seeds, `--pool`) or `curve` (the generalisation curve, `--curve`)."""
+    kind `pooled` (one recipe's seeds, `--pool`), `curve` (the generalisation curve, `--curve`) or `sizes` (model
+    size, `--sizes`)."""
     return root / f"splits_{kind}_{split}.{suffix}"
 
 
@@ -335,30 +339,42 @@ def write_pooled_docs(pooled: dict[str, Any], docs: Path = Path("docs/results.md
     return write_block(docs, name, block)
 
 
-def curve_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path | None = None) -> dict[str, Any]:
-    """The generalisation curve of `run_dirs` (runs differing only in `drift_train_instances` and the seed) and the
-    oracle's ceiling, from their saved split records; written to `out` (default the split's published curve)."""
-    from cells.evaluation.split_curve import curve
+def curve_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path | None = None,
+                 axis: str = "curve") -> dict[str, Any]:
+    """A curve of `run_dirs` along `axis` (`split_curve.AXES`: "curve", the generalisation curve of runs differing
+    only in `drift_train_instances`; "sizes", runs differing only in the tiny model's shape; and the seed) with the
+    oracle's ceiling, from their saved split records; written to `out` (default the split's published one)."""
+    from cells.evaluation.split_curve import AXES, curve
 
-    result = curve(*_saved_runs(run_dirs, oracle_dir))
-    return _save(result, out or published_file("curve", result["split"]))
+    result = curve(*_saved_runs(run_dirs, oracle_dir), axis=AXES[axis])
+    return _save(result, out or published_file(axis, result["split"]))
+
+
+def sizes_splits(run_dirs: list[Path], oracle_dir: Path | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Held-out success against the tiny model's size (`curve_splits` along "sizes")."""
+    return curve_splits(run_dirs, oracle_dir, out, axis="sizes")
 
 
 def curve_command(result: dict[str, Any]) -> str:
-    return _records_command("--curve", [r["dir"] for p in result["points"] for r in p["runs"]], result.get("oracle"))
+    from cells.evaluation.split_curve import axis_of
+
+    return _records_command(f"--{axis_of(result).name}", [r["dir"] for p in result["points"] for r in p["runs"]],
+                            result.get("oracle"))
 
 
 def write_curve_docs(result: dict[str, Any], docs: Path = Path("docs/results.md"), png: Path | None = None) -> Path:
-    """Draw `png` (default the split's, `published_file`) and rewrite (or append) the block `splits:curve:<split>`."""
+    """Draw `png` (default the split's, `published_file`) and rewrite (or append) the curve's block
+    (`splits:curve:<split>` or `splits:sizes:<split>`)."""
     import os
 
     from cells.evaluation.docblocks import render, write_block
-    from cells.evaluation.split_curve import curve_block, curve_markdown, plot_curve
+    from cells.evaluation.split_curve import axis_of, curve_block, curve_markdown, plot_curve
 
-    png = plot_curve(result, png or published_file("curve", result["split"], "png"))
-    name = curve_block(result["split"])
+    axis = axis_of(result)
+    png = plot_curve(result, png or published_file(axis.name, result["split"], "png"))
+    name = curve_block(result["split"], axis)
     image = Path(os.path.relpath(png, docs.parent)).as_posix()
-    block = render(name, "python -m cells splits --curve --docs", curve_markdown(result, image),
+    block = render(name, f"python -m cells splits --{axis.name} --docs", curve_markdown(result, image),
                    run_command=curve_command(result))
     return write_block(docs, name, block)
 
@@ -368,7 +384,10 @@ def _pool_lines(result: dict[str, Any]) -> list[str]:
 
 
 def _curve_lines(result: dict[str, Any]) -> list[str]:
-    return [f"[curve] {p['instances']} instances: " + "; ".join(
+    from cells.evaluation.split_curve import axis_of
+
+    axis = axis_of(result)
+    return [f"[{axis.name}] {p[axis.key]:,} {axis.unit}: " + "; ".join(
         f"{w} {p['sets'][w]['trained']['value']:.1%}" for w in result["sets"] if "unseen" in w) for p in result["points"]]
 
 
@@ -388,6 +407,7 @@ def _saved_records_commands() -> dict[str, SavedRecordsCommand]:
         "pool": SavedRecordsCommand("pooled", pool_splits, _pool_lines,
                                     lambda r: write_pooled_docs(r, readme=Path("README.md")), " and README.md"),
         "curve": SavedRecordsCommand("curve", curve_splits, _curve_lines, write_curve_docs),
+        "sizes": SavedRecordsCommand("sizes", sizes_splits, _curve_lines, write_curve_docs),
     }
 
 
@@ -418,23 +438,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve", nargs="+", metavar="RUN_DIR", default=None,
                         help="the generalisation curve of runs differing only in drift_train_instances and the seed, "
                              f"from their saved records (no play) into {published_file('curve', '<split>')}")
+    parser.add_argument("--sizes", nargs="+", metavar="RUN_DIR", default=None,
+                        help="held-out success against model size: runs differing only in the tiny model's shape "
+                             "(--set 'tiny={...}') and the seed, from their saved records (no play) into "
+                             f"{published_file('sizes', '<split>')}")
     parser.add_argument("--oracle", default=None, metavar="RUN_DIR",
-                        help="with --pool or --curve: a run with every pattern demonstrated, evaluated on the same "
-                             "split")
+                        help="with --pool, --curve or --sizes: a run with every pattern demonstrated, evaluated on the "
+                             "same split")
     parser.add_argument("--out", default=None, metavar="JSON",
-                        help=f"with --pool or --curve and without --docs: where the JSON goes (default "
-                             f"{published_file('<pooled|curve>', '<split>')}); another experiment's, kept beside "
+                        help=f"with --pool, --curve or --sizes and without --docs: where the JSON goes (default "
+                             f"{published_file('<pooled|curve|sizes>', '<split>')}); another experiment's, kept beside "
                              "the published one")
     args = parser.parse_args(argv)
-    if args.pool and args.curve:
-        parser.error("--pool and --curve are two commands: pool one recipe's seeds, or draw a curve over runs")
-    if args.oracle and not (args.pool or args.curve):
-        parser.error("--oracle goes with --pool or --curve")
-    if args.out and (not (args.pool or args.curve) or args.docs):
-        parser.error("--out goes with --pool or --curve, without --docs (the docs pool into their own JSON)")
-    if args.pool or args.curve:
-        flag = "pool" if args.pool else "curve"
-        return _from_saved_records(_saved_records_commands()[flag], getattr(args, flag), args)
+    chosen = [flag for flag in _saved_records_commands() if getattr(args, flag)]
+    if len(chosen) > 1:
+        parser.error(f"--{' and --'.join(chosen)} are separate commands: pool one recipe's seeds, or draw one curve "
+                     "over runs")
+    if args.oracle and not chosen:
+        parser.error("--oracle goes with --pool, --curve or --sizes")
+    if args.out and (not chosen or args.docs):
+        parser.error("--out goes with --pool, --curve or --sizes, without --docs (the docs write their own JSON)")
+    if chosen:
+        return _from_saved_records(_saved_records_commands()[chosen[0]], getattr(args, chosen[0]), args)
     result = evaluate_split(Path(args.run_dir), args.per_set, args.split)
     print(splits_markdown(result))
     if args.docs:

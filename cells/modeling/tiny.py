@@ -284,6 +284,21 @@ def tiny_config(recipe: TinyModelRecipe, tokenizer: Any) -> Any:
     )
 
 
+def tiny_parameters(recipe: TinyModelRecipe) -> int:
+    """The parameters of the tiny model `recipe` builds (tied embeddings counted once), from its config on the meta
+    device: no weights allocated, nothing trained. The versioned tokenizer of its vocabulary sizes the embeddings."""
+    import torch
+    from transformers import Gemma3ForCausalLM
+
+    tokenizer = versioned_tokenizer(recipe.vocab_size)
+    if tokenizer is None:
+        raise FileNotFoundError(f"no versioned tokenizer for vocab_size={recipe.vocab_size} under {TOKENIZER_DIR}: "
+                                "`python -m cells.modeling.tiny --write` writes one for a preset's vocabulary")
+    with torch.device("meta"):
+        model = Gemma3ForCausalLM(tiny_config(recipe, tokenizer))
+    return sum(p.numel() for p in model.parameters())
+
+
 def tiny_digest(recipe: TinyModelRecipe, tokenizer_source: str | tuple[str, ...], seed: int) -> str:
     """Cache key over everything that determines the built artefacts (`tokenizer_source`: the versioned file's
     text, or the corpus the tokenizer is trained from)."""

@@ -402,6 +402,19 @@ def knob_differences(old: dict[str, Any], new: dict[str, Any], ignore: frozenset
             if k not in ignore and not same(k)}
 
 
+def declared_default(name: str) -> Any:
+    """The declared default of knob `name` (`default_factory` called), or `dataclasses.MISSING` for a name that is
+    not a knob with a default: what the code did before a knob existed, for records written before it."""
+    field = {f.name: f for f in dataclasses.fields(Profile)}.get(name)
+    if field is None:
+        return dataclasses.MISSING
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
 def knobs_in_scope(*scopes: str) -> frozenset[str]:
     """The `Profile` fields declared with one of `scopes` (`KNOB_SCOPES`)."""
     return frozenset(f.name for f in dataclasses.fields(Profile) if f.metadata["scope"] in scopes)
