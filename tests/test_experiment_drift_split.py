@@ -400,6 +400,8 @@ def test_pooled_docs_draw_a_png_and_rewrite_their_block_in_place(tmp_path):
     for text in ("| reinforced | +20.0% [", "GRPO − warm start", "GRPO − SFT-only control", "| reinforced | cpu-rl-s1235 |",
                  "| reinforced · pricing |", "| unseen · hinglish |", "| PASS |", "--pool", "ECE pooled"):
         assert text in first, text
+    per_set_ece = " / ".join(split_report._f(pooled["sets"][w]["calibration"]["trained"]["ece"]) for w in pooled["sets"])
+    assert "| ECE per set |" in first and f" | {per_set_ece} | " in first  # calibration on each set, e.g. unseen
     # a generated split's hold-outs: one line of the glance (it stays short), rows of the docs block
     generated = {**pooled, "split": "latin-gen", "sets": {**pooled["sets"], "gen-unseen-b": pooled["sets"]["unseen"]}}
     generated["targets"] = split_pool.targets(generated)

@@ -155,12 +155,14 @@ def _calibration_lines(pooled: dict[str, Any], words: Mapping[str, str]) -> list
     models, sets, cal = pooled["models"], pooled["sets"], pooled["calibration_withheld"]
     rows = [[words.get(m, m), _f(cal["pooled"][m]["ece"]), _f(cal["pooled"][m]["brier"]),
              ", ".join(_f(v.get(m, {}).get("ece")) for v in cal["per_run"].values()),
+             " / ".join(_f(sets[w].get("calibration", {}).get(m, {}).get("ece")) for w in sets),
              " / ".join(_f(sets[w]["turns"][m]["turns_per_success"], 1) for w in sets)] for m in models]
-    rows += [[f"oracle {words.get(m, m)}", _f(c["ece"]), _f(c["brier"]), "", ""]
+    rows += [[f"oracle {words.get(m, m)}", _f(c["ece"]), _f(c["brier"]), "", "", ""]
              for m, c in (cal.get("oracle") or {}).items()]
-    return [f"Calibration of the submitted confidence on {' + '.join(cal['sets'])} episodes (10 bins), and turns "
-            f"per success ({' / '.join(sets)}):", "",
-            *_table(["model", "ECE pooled", "Brier pooled", "ECE per seed", "turns per success"], rows), ""]
+    return [f"Calibration of the submitted confidence on {' + '.join(cal['sets'])} episodes (10 bins); ECE pooled "
+            f"over seeds on each set, and turns per success ({' / '.join(sets)}):", "",
+            *_table(["model", "ECE pooled", "Brier pooled", "ECE per seed", "ECE per set", "turns per success"],
+                    rows), ""]
 
 
 def _count(value: int | None) -> str:
