@@ -79,6 +79,7 @@ class CurveAxis:
     name: str  # the `splits` flag, the published file's kind and the docs block `splits:<name>:<split>`
     title: str  # the plot's title and image text
     key: str  # each point's x in the JSON
+    knob: str  # the knob the points differ in, as the JSON names it
     knobs: Callable[[Sequence[SplitRun]], frozenset[str]]
     value: Callable[[SplitRun], int]
     column: str  # the tables' first column
@@ -91,15 +92,20 @@ class CurveAxis:
 
 
 INSTANCES = CurveAxis(
-    "curve", "Generalisation curve", "instances", lambda runs: frozenset({CURVE_KNOB}), train_instances, "training instances", "instances",
-    f"the distinct generated drift instances training could meet (`--set {CURVE_KNOB}=N`; 0: the hand-written "
-    "patterns only), same recipe and compute", f"distinct generated drift instances in training ({CURVE_KNOB})",
-    "symlog", f"a curve's points must cost the same compute, so change only --set {CURVE_KNOB}=N", REQUIRED_POINTS)
+    name="curve", title="Generalisation curve", key="instances", knob=CURVE_KNOB,
+    knobs=lambda runs: frozenset({CURVE_KNOB}), value=train_instances, column="training instances", unit="instances",
+    sentence=f"the distinct generated drift instances training could meet (`--set {CURVE_KNOB}=N`; 0: the "
+             "hand-written patterns only), same recipe and compute",
+    x_label=f"distinct generated drift instances in training ({CURVE_KNOB})", x_scale="symlog",
+    hint=f"a curve's points must cost the same compute, so change only --set {CURVE_KNOB}=N",
+    required_points=REQUIRED_POINTS)
 SIZES = CurveAxis(
-    "sizes", "Model size", "parameters", _tiny_knobs, model_parameters, "model parameters", "parameters",
-    "the tiny model's parameters (`--set 'tiny={...}'`), same recipe, data and steps (a larger model costs more "
-    "compute)", "parameters of the tiny model", "log",
-    "model sizes compare one recipe, so change only the model's shape with --set 'tiny={...}'")
+    name="sizes", title="Model size", key="parameters", knob="tiny", knobs=_tiny_knobs, value=model_parameters,
+    column="model parameters", unit="parameters",
+    sentence="the tiny model's parameters (`--set 'tiny={...}'`), same recipe, data and steps (a larger model costs "
+             "more compute)",
+    x_label="parameters of the tiny model", x_scale="log",
+    hint="model sizes compare one recipe, so change only the model's shape with --set 'tiny={...}'")
 AXES = {axis.name: axis for axis in (INSTANCES, SIZES)}
 
 
@@ -146,8 +152,7 @@ def curve(runs: Sequence[SplitRun], oracle: SplitRun | None = None, resamples: i
     sets = curve_sets(runs[0])
     points = [{axis.key: x, "runs": [{"run": r.name, "dir": str(r.path), "seed": r.seed} for r in by_x[x]],
                "sets": {w: _point(w, by_x[x], by_x[xs[0]], resamples) for w in sets}} for x in xs]
-    knob = CURVE_KNOB if axis is INSTANCES else "tiny"
-    return {"split": runs[0].split, "per_set": runs[0].per_set, "axis": axis.name, "knob": knob, "sets": sets,
+    return {"split": runs[0].split, "per_set": runs[0].per_set, "axis": axis.name, "knob": axis.knob, "sets": sets,
             "points": points, "required_points": axis.required_points,
             "oracle": None if oracle is None else {
                 "run": oracle.name, "dir": str(oracle.path),
