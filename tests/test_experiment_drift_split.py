@@ -247,6 +247,17 @@ def test_pooled_success_per_withheld_pattern_counts_only_the_sets_own_patterns(t
     assert "by_pattern" not in pooled["sets"]["demonstrated"]  # the demonstrated set is what the warm start does
     text = split_report.pooled_markdown(pooled, splits.MODEL_WORDS)
     assert f"| reinforced · {own} | 8 | 50% | 100% |" in text and f"· {other}" not in text
+    assert "oracle after GRPO" not in text and "oracle_by_pattern" not in pooled["sets"]["reinforced"]
+    # with an oracle, its success per withheld pattern (its own episodes): what the ceiling is made of
+    oracle = _write_run(tmp_path, "oracle", 1234, {w: {"trained": [True, True, True, False]} for w in SETS}, cases,
+                        trained_with=None)
+    recs = [dataclasses.replace(r, drift_patterns=(own, other), drift_kinds=("tnc", "schema"), drift_latencies=(1, 1))
+            if r.policy.startswith("reinforced/") else r for r in load_records_jsonl(oracle / split_pool.RECORDS_FILE)]
+    save_records_jsonl(recs, oracle / split_pool.RECORDS_FILE)
+    with_oracle = splits.pool_splits(runs, oracle, out=tmp_path / "pooled.json")
+    assert with_oracle["sets"]["reinforced"]["oracle_by_pattern"] == {own: {"n": 4, "successes": 3, "rate": 0.75}}
+    text = split_report.pooled_markdown(with_oracle, splits.MODEL_WORDS)
+    assert f"| reinforced · {own} | 8 | 50% | 100% | 75% of 4 |" in text and "| oracle after GRPO |" in text
 
 
 def test_pool_refuses_other_cases_other_splits_and_runs_without_records(tmp_path):

@@ -296,6 +296,9 @@ def _set_block(which: str, runs: Sequence[SplitRun], models: list[str], oracle: 
     if oracle is not None:
         block["oracle"] = {m: stats.success_ci([x.success for x in recs]).to_dict()
                            for m, recs in oracle.records[which].items()}
+        if which in WITHHELD and ORACLE_MODEL in oracle.records[which]:  # which patterns the ceiling is made of
+            block["oracle_by_pattern"] = _own_patterns(
+                stats.success_by_group(list(oracle.records[which][ORACLE_MODEL]), "pattern"), runs[0].split, which)
         if same_cases and ORACLE_MODEL in oracle.records[which]:
             # the oracle's one evaluation stands in each seed's stratum: the interval covers GRPO's seeds only
             strata = {r.name: (r.records[which]["trained"], oracle.records[which][ORACLE_MODEL])

@@ -84,15 +84,21 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def _group_rows(pooled: dict[str, Any], key: str, models: list[str]) -> list[list[str]]:
-    """Rows `set · group`, episodes, success per model (with its own count where a model played fewer seeds)."""
+def _group_rows(pooled: dict[str, Any], key: str, models: list[str], oracle_key: str | None = None
+                ) -> list[list[str]]:
+    """Rows `set · group`, episodes, success per model (with its own count where a model played fewer seeds), and
+    with `oracle_key` the oracle's success per group (its own episodes, one seed) where the blocks hold it."""
     rows = []
     for which, block in pooled["sets"].items():
         for g in sorted({g for m in models for g in block.get(key, {}).get(m, {})}):
             cells = [block[key].get(m, {}).get(g) for m in models]
             n = next((c["n"] for c in cells if c), 0)
-            rows.append([f"{which} · {g}", str(n)] + ["n/a" if c is None else f"{100 * c['rate']:.0f}%"
-                                                        + ("" if c["n"] == n else f" of {c['n']}") for c in cells])
+            row = [f"{which} · {g}", str(n)] + ["n/a" if c is None else f"{100 * c['rate']:.0f}%"
+                                                + ("" if c["n"] == n else f" of {c['n']}") for c in cells]
+            if oracle_key:
+                c = block.get(oracle_key, {}).get(g)
+                row.append("n/a" if c is None else f"{100 * c['rate']:.0f}% of {c['n']}")
+            rows.append(row)
     return rows
 
 
@@ -199,11 +205,14 @@ def pooled_markdown(pooled: dict[str, Any], words: Mapping[str, str], image: str
     names = [words.get(m, m) for m in pooled["models"]]
     lines = _intro(pooled, words, image) + _success_lines(pooled, words) + _paired_lines(pooled, words)
     lines += _calibration_lines(pooled, words) + _compute_lines(pooled, words)
+    oracle = any("oracle_by_pattern" in block for block in pooled["sets"].values())
     for key, what in (("by_kind", "drift kind (an episode counts once per fired kind)"), ("by_language", "language"),
                       ("by_pattern", "withheld pattern (an episode counts once per fired pattern of its set)")):
-        rows = _group_rows(pooled, key, pooled["models"])
+        extra = "oracle_by_pattern" if key == "by_pattern" and oracle else None
+        rows = _group_rows(pooled, key, pooled["models"], extra)
         if rows:
-            lines += [f"Success per {what}, pooled over seeds:", "", *_table(["set · group", "episodes", *names], rows), ""]
+            head = ["set · group", "episodes", *names] + (["oracle after GRPO"] if extra else [])
+            lines += [f"Success per {what}, pooled over seeds:", "", *_table(head, rows), ""]
     rows = [[t["target"], t["measured"], t["status"] + (f" ({t['note']})" if t["note"] else "")]
             for t in pooled["targets"]]
     return "\n".join([*lines, "Targets of the experiment (points):", "", *_table(["target", "measured", "status"], rows)])
