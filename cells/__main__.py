@@ -53,13 +53,14 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_control(args: argparse.Namespace) -> int:
+    only = ["--train-only"] if args.train_only else []
     if args.raft:  # control (b), built on control (a)'s module
         from cells.experiments.raft import main as raft_main
 
-        return raft_main(["--run-dir", args.run_dir])
+        return raft_main(["--run-dir", args.run_dir, *only])
     from cells.experiments.control import main as control_main
 
-    return control_main(["--run-dir", args.run_dir])
+    return control_main(["--run-dir", args.run_dir, *only])
 
 
 def _cmd_splits(args: argparse.Namespace) -> int:
@@ -204,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_control.add_argument("--run-dir", default="runs/cpu-learn")
     p_control.add_argument("--raft", action="store_true", help="control (b) instead: rejection-sampling SFT on the "
                            "model's own successful rollouts (cells/experiments/raft.py)")
+    p_control.add_argument("--train-only", action="store_true", help="train and save the control, no evaluation: "
+                           "for development comparisons with `diagnose --reach --control`")
     p_control.set_defaults(func=_cmd_control)
     p_splits = _command(sub, "splits", "A finished CPU run's models on held-out episodes stratified by drift split: "
                                        "demonstrated, reinforced, unseen; pools, curves and model sizes from saved "

@@ -288,11 +288,14 @@ def test_control_flag_raft_routes_to_the_raft_control(monkeypatch, tmp_path):
     from cells.experiments import raft
 
     called = []
-    monkeypatch.setattr(raft, "run_raft", lambda run_dir: called.append(("raft", run_dir)))
-    monkeypatch.setattr(control, "run_control", lambda run_dir: called.append(("sft", run_dir)))
+    monkeypatch.setattr(raft, "run_raft", lambda run_dir, evaluate: called.append(("raft", run_dir, evaluate)))
+    monkeypatch.setattr(control, "run_control", lambda run_dir, evaluate: called.append(("sft", run_dir, evaluate)))
     assert main(["control", "--run-dir", str(tmp_path), "--raft"]) == 0
     assert main(["control", "--run-dir", str(tmp_path)]) == 0
-    assert called == [("raft", tmp_path), ("sft", tmp_path)]
+    assert main(["control", "--run-dir", str(tmp_path), "--raft", "--train-only"]) == 0
+    assert main(["control", "--run-dir", str(tmp_path), "--train-only"]) == 0
+    assert called == [("raft", tmp_path, True), ("sft", tmp_path, True), ("raft", tmp_path, False),
+                      ("sft", tmp_path, False)]
 
 
 def test_raft_refuses_a_run_without_grpo_metrics_or_an_evaluation(tmp_path):
@@ -307,8 +310,32 @@ def test_raft_refuses_a_run_without_grpo_metrics_or_an_evaluation(tmp_path):
     assert isinstance(err.value, control.ControlError) and isinstance(err.value, DriftCallError)
     (tmp_path / "training").mkdir()
     _metrics_csv(tmp_path / "training" / "metrics.csv", [1.0])
-    with pytest.raises(RaftError, match=r"eval_baseline\.json is missing: .*run steps 18-19"):
+    with pytest.raises(RaftError, match=r"eval_baseline\.json is missing: .*run steps 18-19.*--train-only"):
         run_raft(tmp_path)
+
+
+@pytest.mark.slow
+def test_train_only_controls_save_their_models_and_records_without_an_evaluation(tmp_path):
+    """Both controls on a run that never played steps 18-19: trained, saved with their record, nothing evaluated;
+    `diagnose --reach --control` can then play them."""
+    import itertools
+
+    from cells.commands.diagnose import control_model_path
+    from cells.experiments.raft import run_raft
+
+    run, _ = _finished_run(tmp_path)
+    for path in [*run.glob("eval_*"), *run.glob("records_*")]:
+        path.unlink()
+    with pytest.raises(control.ControlError, match="run steps 18-19 first"):
+        control.run_control(run)
+    ticks = itertools.count(0.0, 10.0)
+    out = {**run_raft(run, round_groups=1, clock=lambda: next(ticks), evaluate=False),
+           **control.run_control(run, evaluate=False)}
+    assert out["raft"]["episodes"] == get_profile("cpu-smoke").num_generations and out["control"]["steps"] > 0
+    for name, key in (("raft_control", "raft"), ("sft_control", "control")):
+        assert (control_model_path(run, name) / "model.safetensors").is_file()
+        assert json.loads((run / "training" / name / "control.json").read_text()) == json.loads(json.dumps(out[key]))
+    assert not list(run.glob("eval_*")) and not list(run.glob("records_*"))
 
 
 @pytest.mark.slow

@@ -19,6 +19,10 @@ The continued SFT uses a fresh cosine schedule peaking at `CONTROL_LR_SHARE` (`t
 `CONTINUED_SFT_LR_SHARE`) of the profile's SFT learning rate. Only CPU full warm-start profiles have a saved full model to continue from. Its time is the GRPO time
 plus one evaluation (~15 min for cpu-learn); it reports, whichever way the comparison comes out.
 
+`--train-only` trains and saves the control (`training/sft_control/model`, its record in `training/sft_control/
+control.json`) without evaluating it: for development comparisons (`diagnose --reach --control sft`), on a run
+whose held-out evaluation (steps 18-19) was never played.
+
 `python -m cells control --raft` runs control (b) instead, rejection-sampling SFT on the model's own successes
 (`cells/experiments/raft.py`, which builds on this module).
 """
@@ -33,6 +37,8 @@ from typing import Any
 from cells.errors import DriftCallError
 from cells.training.warm_start import CONTINUED_SFT_LR_SHARE as CONTROL_LR_SHARE
 
+TRAIN_ONLY_HELP = ("train and save the control without evaluating it (no steps 18-19 needed): for development "
+                   "comparisons with `diagnose --reach --control`")
 CONTROL_SEED_BLOCK = 3  # SFT seed blocks 0-2 (stride `SFT_STAGE_SEED_STRIDE`) are the warm start's stages 1-3
 
 
@@ -105,8 +111,20 @@ def take_token_budget(dataset: Any, budget: int, batch_size: int) -> Any:
     return dataset.select(range(keep))
 
 
-def run_control(run_dir: Path) -> dict[str, Any]:
-    """Train and evaluate the control in `run_dir`; returns the two paired reports."""
+EVAL_FILES = ("eval_baseline.json", "records_baseline.jsonl", "records_final.jsonl")  # steps 18-19's, paired against
+
+
+def save_control_record(out_dir: Path, record: dict[str, Any]) -> Path:
+    """The control's training record beside its model (`<out_dir>/control.json`), also when it is not evaluated."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "control.json"
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def run_control(run_dir: Path, evaluate: bool = True) -> dict[str, Any]:
+    """Train the control in `run_dir`, then (unless not `evaluate`) evaluate and pair it; returns the two paired
+    reports, or only the training record under "control" with `evaluate=False`."""
     from cells.training.sft_data import tokenize_all
     from cells.training.warm_start import load_run_warm_start, sft_warm_start
 
@@ -115,9 +133,9 @@ def run_control(run_dir: Path) -> dict[str, Any]:
     summary = run_dir / "training" / "warm_start" / "warm_start.json"
     if not summary.is_file():
         raise ControlError(f"{summary} is missing: the warm start's own record (step 15 writes it) sizes the control")
-    for name in ("eval_baseline.json", "records_baseline.jsonl", "records_final.jsonl"):
+    for name in EVAL_FILES if evaluate else ():
         if not (run_dir / name).is_file():
-            raise ControlError(f"{run_dir / name} is missing: run steps 18-19 first")
+            raise ControlError(f"{run_dir / name} is missing: run steps 18-19 first (or train only: --train-only)")
     warm = json.loads(summary.read_text(encoding="utf-8"))["training"]
     seconds, measure = grpo_seconds(run_dir / "training" / "metrics.csv")
     budget = control_token_budget(seconds, warm, measure)
@@ -134,6 +152,10 @@ def run_control(run_dir: Path) -> dict[str, Any]:
     print(f"[control] {result.tokens:,} tokens in {result.seconds / 60:.1f} min ({result.tokens_per_s:,.0f}/s)")
 
     record = {"grpo_seconds": seconds, "grpo_measure": measure, "token_budget": budget, **result.to_dict()}
+    save_control_record(run_dir / "training" / "sft_control", record)
+    if not evaluate:
+        print(f"[control] saved, not evaluated: `python -m cells diagnose --reach --control sft --run-dir {run_dir}`")
+        return {"control": record}
     return evaluate_and_pair(run_dir, profile, model, tokenizer, "sft_control", "control", record)
 
 
@@ -170,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells control", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-learn")
+    parser.add_argument("--train-only", action="store_true", help=TRAIN_ONLY_HELP)
     args = parser.parse_args(argv)
-    run_control(Path(args.run_dir))
+    run_control(Path(args.run_dir), evaluate=not args.train_only)
     return 0

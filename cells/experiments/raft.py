@@ -41,7 +41,9 @@ seconds*, constant within a round: the step count is not known in advance. No wa
 the model's own samples, whose loss is already low. Each round starts a fresh optimiser (one TRL trainer per
 round). Outputs, as control (a)'s: `training/raft_control/model` (model + tokenizer), `eval_raft_control.json`
 (with the sampling tally under "control"), `records_raft_control.jsonl`, `eval_paired_raft.json` (RAFT − warm
-start) and `eval_paired_grpo_vs_raft.json` (trained − RAFT). Time: GRPO's time plus one evaluation.
+start) and `eval_paired_grpo_vs_raft.json` (trained − RAFT). Time: GRPO's time plus one evaluation. The tally is
+also saved beside the model (`training/raft_control/control.json`); `--train-only` stops there, for development
+comparisons (`diagnose --reach --control raft`) on a run that never played its held-out evaluation.
 """
 
 from __future__ import annotations
@@ -55,11 +57,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cells.experiments.control import CONTROL_LR_SHARE, ControlError, evaluate_and_pair
+from cells.experiments.control import (
+    CONTROL_LR_SHARE,
+    EVAL_FILES,
+    TRAIN_ONLY_HELP,
+    ControlError,
+    evaluate_and_pair,
+    save_control_record,
+)
 
 RAFT_SEED_OFFSET = 50_000_000  # into each stage's 1e8-seed block: GRPO and the warm start use only its first ~1e5
 RAFT_ROUND_GROUPS = 8  # groups per sampling round: 64 episodes at G=8, a few seconds of sampling on 2 cores
-RUN_FILES = ("training/metrics.csv", "eval_baseline.json", "records_baseline.jsonl", "records_final.jsonl")
+RUN_FILES = ("training/metrics.csv", *EVAL_FILES)
 
 
 class RaftError(ControlError):
@@ -229,15 +238,17 @@ def raft_stage(model: Any, tokenizer: Any, profile: Any, stage: int, budget_s: f
                                 "kept": tally.kept - before.kept, "first_seed": first, "cycled_seeds": len(seeds)}
 
 
-def check_run_dir(run_dir: Path) -> None:
-    """`RaftError` naming what the run directory lacks and the command that makes it."""
+def check_run_dir(run_dir: Path, evaluate: bool = True) -> None:
+    """`RaftError` naming what the run directory lacks and the command that makes it (the evaluation's files only
+    when the control is to be `evaluate`d)."""
     if not (run_dir / "profile.json").is_file():
         raise RaftError(f"{run_dir / 'profile.json'} is missing: {run_dir} is not a run directory "
                         "(`python -m cells run --profile cpu-rl` makes one)")
-    for name in RUN_FILES:
+    for name in RUN_FILES if evaluate else RUN_FILES[:1]:
         if not (run_dir / name).is_file():
             why = ("the run has no GRPO steps whose seconds RAFT matches (run steps 15-17)" if name.endswith(".csv")
-                   else "RAFT is evaluated and paired on the run's own evaluation (run steps 18-19)")
+                   else "RAFT is evaluated and paired on the run's own evaluation (run steps 18-19; or train "
+                        "only: --train-only)")
             raise RaftError(f"{run_dir / name} is missing: {why}")
 
 
@@ -245,14 +256,15 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time
 
 
 def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
-             clock: Callable[[], float] | None = None) -> dict[str, Any]:
-    """Train and evaluate the RAFT control in `run_dir`; returns the two paired reports. Its budget per stage is
-    GRPO's compute there, spent on the same clock (`CLOCKS[measure]`, unless `clock` is given)."""
+             clock: Callable[[], float] | None = None, evaluate: bool = True) -> dict[str, Any]:
+    """Train and (unless not `evaluate`) evaluate the RAFT control in `run_dir`; returns the two paired reports, or
+    only its tally under "raft". Its budget per stage is GRPO's compute there, spent on the same clock
+    (`CLOCKS[measure]`, unless `clock` is given)."""
     from cells.training.metrics import grpo_compute_seconds, grpo_episodes
     from cells.training.warm_start import load_run_warm_start
 
     run_dir = Path(run_dir)
-    check_run_dir(run_dir)
+    check_run_dir(run_dir, evaluate)
     metrics = run_dir / "training" / "metrics.csv"
     budgets, measure = grpo_compute_seconds(metrics)
     total = sum(budgets.values())
@@ -276,6 +288,10 @@ def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
               "grpo_stage_seconds": {str(s): b for s, b in budgets.items()},
               "grpo_episodes": played, "learning_rate_peak": CONTROL_LR_SHARE * profile.sft_learning_rate,
               "round_groups": round_groups, "saved_dir": str(out_dir / "model"), **tally.to_dict()}
+    save_control_record(out_dir, record)
+    if not evaluate:
+        print(f"[raft] saved, not evaluated: `python -m cells diagnose --reach --control raft --run-dir {run_dir}`")
+        return {"raft": record}
     return evaluate_and_pair(run_dir, profile, model, tokenizer, "raft_control", "raft", record, tag="raft")
 
 
@@ -283,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cells control --raft", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-rl")
+    parser.add_argument("--train-only", action="store_true", help=TRAIN_ONLY_HELP)
     args = parser.parse_args(argv)
-    run_raft(Path(args.run_dir))
+    run_raft(Path(args.run_dir), evaluate=not args.train_only)
     return 0
