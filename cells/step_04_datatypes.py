@@ -47,6 +47,14 @@ GOAL_WRITE_TOOLS: dict[str, str] = {"airline": "airline.book", "cab": "cab.book"
 GOAL_SEARCH_TOOLS: dict[str, str] = {"airline": "airline.search", "cab": "cab.estimate",
                                      "restaurant": "restaurant.search", "hotel": "hotel.search"}
 DRIFT_KINDS: tuple[str, ...] = ("schema", "policy", "tnc", "pricing", "auth")
+
+
+def passengers_arg(names: list[str] | tuple[str, ...]) -> list[dict[str, str]]:
+    """`airline.book`'s `passengers` for these full names: one object per passenger (its home is here, beside
+    `GOAL_WRITE_TOOLS`, for the same reason: the vendor and the players both need it)."""
+    return [{"name": name} for name in names]
+
+
 RATIONALE_MAX_CHARS = 200
 
 
@@ -473,6 +481,6 @@ __all__ = [
     "MODEL_TYPES", "RATIONALE_MAX_CHARS", "ActionRecord", "ActionType", "Booking", "Constraint", "DriftCallAction",
     "DriftCallObservation", "DriftCallState", "DriftEvent", "Episode", "GoalSpec", "JsonModel", "ModelValidationError",
     "Rewards", "ScheduledDrift", "TerminatedBy", "ToolDoc", "ToolResult", "ToolStatus", "UserFacts", "UserMessage",
-    "canonical_json", "json_value_problem", "number_problem", "require", "require_json_mapping", "rng_for", "run",
+    "canonical_json", "json_value_problem", "number_problem", "passengers_arg", "require", "require_json_mapping", "rng_for", "run",
     "stable_digest", "stable_id", "stable_int", "text_problem",
 ]

@@ -23,7 +23,7 @@ from cells.drift.families import (
 )
 from cells.rewards.text_match import is_specific, norm_text
 from cells.step_03_data import load_fixture
-from cells.step_04_datatypes import DRIFT_KINDS, LANGUAGES
+from cells.step_04_datatypes import DRIFT_KINDS, LANGUAGES, passengers_arg
 from cells.step_05_vendors import TOOL_NAMES, describe_schema, new_world
 from cells.step_06_drift import apply_drift, load_catalogue, pattern_by_id
 from cells.tasks.i18n import script_of
@@ -196,7 +196,7 @@ def test_a_required_argument_found_in_a_listing_is_shown_by_the_search():
     found, world = call(world, "airline.search", {k: s[k] for k in ("from", "to", "date")})
     flight = found.response["flights"][0]
     assert flight["fare_key"] == listing_token(world.seed, "fare_key", flight["flight_id"])
-    args = {"flight_id": flight["flight_id"], "date": s["date"], "passengers": list(world.goal.user.passenger_names),
+    args = {"flight_id": flight["flight_id"], "date": s["date"], "passengers": passengers_arg(world.goal.user.passenger_names),
             "payment_token": tok}
     missing, _ = call(world, "airline.book", args)
     assert missing.response["found_in"] == "airline.search"

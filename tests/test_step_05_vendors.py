@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cells.step_04_datatypes import Constraint, ToolResult
+from cells.step_04_datatypes import Constraint, ToolResult, passengers_arg
 from cells.step_05_vendors import (
     TOOL_NAMES,
     TOOLS,
@@ -47,7 +47,7 @@ def airline_booking(world, **extra):
     res, world = call(world, "airline.search", {"from": "HYD", "to": "BLR", "date": slots["date"]})
     flight = min(res.response["flights"], key=lambda f: f["price"])
     tok, world = token(world)
-    args = {"flight_id": flight["flight_id"], "date": slots["date"], "passengers": ["Asha Rao", "Vikram Rao"],
+    args = {"flight_id": flight["flight_id"], "date": slots["date"], "passengers": passengers_arg(["Asha Rao", "Vikram Rao"]),
             "payment_token": tok, **extra}
     return args, world
 
@@ -128,7 +128,7 @@ def _error_calls() -> list[ToolResult]:
     out.append(call(cut, "airline.book", args)[0])  # BOOKING_WINDOW_CLOSED
     res, _ = call(w, "airline.search", {"from": "HYD", "to": "BLR", "date": "2026-05-02"})
     tiny = min(res.response["flights"], key=lambda f: f["seats_left"])
-    out.append(call(w, "airline.book", {**args, "flight_id": tiny["flight_id"], "passengers": ["A B"] * 60})[0])
+    out.append(call(w, "airline.book", {**args, "flight_id": tiny["flight_id"], "passengers": passengers_arg(["A B"] * 60)})[0])
     new = with_flags(w, "payment", {"accepted_scope": "payments.v2"})
     out.append(call(new, "airline.book", args)[0])  # AUTH_SCOPE_INSUFFICIENT
     mfa = with_flags(w, "payment", {"mfa_threshold_inr": 2000})

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cells.step_04_datatypes import DOMAINS, DRIFT_KINDS, Constraint
+from cells.step_04_datatypes import DOMAINS, DRIFT_KINDS, Constraint, passengers_arg
 from cells.step_05_vendors import new_world
 from cells.step_06_drift import (
     DriftCatalogueError,
@@ -106,7 +106,7 @@ def naive_flow(world, drift_id: str | None):
     if g.domain == "airline":
         found, world = call(world, "airline.search", {k: s[k] for k in ("from", "to", "date")})
         best = min(found.response["flights"], key=lambda f: f.get("price", 0))
-        args = {"flight_id": best["flight_id"], "date": s["date"], "passengers": list(g.user.passenger_names), **pay}
+        args = {"flight_id": best["flight_id"], "date": s["date"], "passengers": passengers_arg(g.user.passenger_names), **pay}
         booked, world = call(world, "airline.book", args)
     elif g.domain == "cab":
         found, world = call(world, "cab.estimate", {"pickup": s["pickup"], "drop": s["drop"]})
@@ -140,7 +140,7 @@ def adapted_flow(world):
         cut = f["airline"]["earliest_bookable_departure"] or "00:00"
         ok = [x for x in found.response["flights"] if x["departure"][11:16] >= cut and x["seats_left"] >= 2]
         best = min(ok, key=lambda x: x[f["airline"]["price_field"]])
-        args = {"flight_id": best["flight_id"], "date": s["date"], "passengers": list(g.user.passenger_names),
+        args = {"flight_id": best["flight_id"], "date": s["date"], "passengers": passengers_arg(g.user.passenger_names),
                 "passenger_count": len(g.user.passenger_names), **pay}
         return call(world, "airline.book", args)[0], args
     if g.domain == "cab":

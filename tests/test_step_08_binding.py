@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cells.step_02_profiles import TRAIN_SEEDS
-from cells.step_04_datatypes import LANGUAGES, Booking, Episode
+from cells.step_04_datatypes import LANGUAGES, Booking, Episode, passengers_arg
 from cells.step_07_tasks import (
     BINDING_FACTS,
     SOFT_CONSTRAINTS,
@@ -133,7 +133,7 @@ def test_names_the_user_never_said_are_fabricated_and_harm():
     turn = _first_write(episode)
     record = next(r for r in episode.actions if r.turn == turn)
     names = ["Invented Person"] * len(record.action.tool_args["passengers"])
-    forged = dataclasses.replace(record.action, tool_args={**record.action.tool_args, "passengers": names})
+    forged = dataclasses.replace(record.action, tool_args={**record.action.tool_args, "passengers": passengers_arg(names)})
     actions = tuple(dataclasses.replace(r, action=forged) if r.turn == turn else r for r in episode.actions)
     r = compute_rewards(dataclasses.replace(episode, actions=actions))
     assert [o["evidence"]["value"] for o in r.breakdown["penalty"]["offences"] if o["code"] == "fabricated_fact"] \

@@ -39,6 +39,7 @@ from cells.step_04_datatypes import (
     ToolResult,
     UserFacts,
     UserMessage,
+    passengers_arg,
 )
 from cells.step_08_rewards import (
     DRIFT_HANDLING_WINDOW,
@@ -160,7 +161,7 @@ def codes(r: Rewards) -> list[str]:
     return [o["code"] for o in r.breakdown["penalty"]["offences"]]
 
 
-BOOK = {"flight_id": "6E-2345", "date": "2025-03-14", "passengers": ["A", "B"], "payment_token": TOKEN}
+BOOK = {"flight_id": "6E-2345", "date": "2025-03-14", "passengers": passengers_arg(["A", "B"]), "payment_token": TOKEN}
 MFA_ERR = {"error_code": "MFA_REQUIRED", "field_name": "mfa_code", "threshold_inr": 5000}
 
 
@@ -761,7 +762,7 @@ def test_real_vendors_and_drift_expert_run():
     flight = do(0, "airline.search", {k: g.slots[k] for k in ("from", "to", "date")}).response["flights"][0]
     token = do(1, "payment.get_token", {"scope": "payments.basic"}).response["payment_token"]
     world, event, _ = apply_drift(world, mfa.id, 2)
-    args = {"flight_id": flight["flight_id"], "date": g.slots["date"], "passengers": list(g.user.passenger_names),
+    args = {"flight_id": flight["flight_id"], "date": g.slots["date"], "passengers": passengers_arg(g.user.passenger_names),
             "payment_token": token}
     assert do(2, "airline.book", args).error_code == "MFA_REQUIRED"
     acts.append(say(3, "Please share the one-time code (OTP).", ActionType.CLARIFY))

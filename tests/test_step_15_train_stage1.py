@@ -848,7 +848,7 @@ def test_field_choices_are_goal_slots_the_tool_never_takes_typed_as_the_domain_t
         goal = generate(seed, 1, {"en": 1.0})
         goals.setdefault((goal.domain, "room_type" in goal.slots), goal)
     airline = goals[("airline", False)]
-    # `passengers` is a count in the goal but a list of names at airline.book: never a choice
+    # `passengers` is a count in the goal but a list of passenger objects at airline.book: never a choice
     assert new_field_choices(airline) == (("airline.book", "from", "str", airline.slots["from"]),
                                           ("airline.book", "to", "str", airline.slots["to"]))
     hotel = goals[("hotel", True)]

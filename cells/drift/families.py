@@ -154,6 +154,8 @@ def _check_mechanism(mechanism: str, domain: str, attrs: dict[str, Any], where: 
         raise _fail(*where[:2], "same_as", "a required argument takes its value from one of same_as, ask_user, found_in")
     if mechanism == "require_item_field" and not (attrs.get("empty_list") or "found_in" in attrs):
         raise _fail(*where[:2], "empty_list", "an item field is an empty list (empty_list: true) or found_in a listing")
+    if mechanism == "require_item_field" and not str(attrs.get("field", "")).endswith("[]"):
+        raise _fail(*where[:2], "field", "an item field's site names its list argument, as `items[]`")
     if "found_in" in attrs and "listing_key" not in attrs:
         raise _fail(*where[:2], "listing_key", "found_in needs the listing item's id key (e.g. flight_id)")
     if "ask_user" in attrs and attrs["ask_user"] not in USER_FACTS:
@@ -361,7 +363,7 @@ def _mutation(fam: Family, site: Site, values: dict[str, Any]) -> dict[str, Any]
         spec: dict[str, Any] = {"tool": a["tool"], "name": values["name"],
                                 "type": "list[str]" if a.get("empty_list") else "str"}
         if mech == "require_item_field":
-            spec["item_of"] = "items"
+            spec["item_of"] = str(a["field"]).removesuffix("[]")
         for key in ("same_as", "ask_user", "listing_key"):
             if key in a:
                 spec[key] = a[key]

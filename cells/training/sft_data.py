@@ -264,7 +264,7 @@ def new_field_choices(goal: Any) -> tuple[tuple[str, str, str, Any], ...]:
     """`(tool, argument, type, value)` a field drill may make the goal's search or booking tool require: each goal
     slot of scalar value that the tool does not declare at all (so its usual call never carries it), and that no
     other tool of the domain declares with another type (the airline's `passengers` is a count in the goal, a
-    list of names at `airline.book`). The value is the slot's, so the repair copies a fact the episode holds."""
+    list of passenger objects at `airline.book`). The value is the slot's, so the repair copies a fact the episode holds."""
     from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS
     from cells.vendors.dispatch import TOOLS
     from cells.vendors.world import DEFAULT_FLAGS

@@ -131,11 +131,32 @@ def _check_policy(world: World, flight: dict[str, Any], pax: int, date: str) -> 
         raise VendorError(ErrorCode.SEATS_UNAVAILABLE, seats_left=flight["seats"], passenger_count=pax)
 
 
+PASSENGER_FIELDS = ("name",)  # what each element of `passengers` holds (a drift may require one more)
+
+
+def passenger_names(passengers: list[dict[str, Any]]) -> list[str]:
+    """The full names in `passengers` ([{"name": ...}], each element checked as the restaurant checks order items:
+    an unknown key or a missing name is refused, naming the nested field)."""
+    names = []
+    for person in passengers:
+        extra = sorted(set(person) - set(PASSENGER_FIELDS))
+        if extra:
+            raise VendorError(ErrorCode.UNKNOWN_FIELD, field_name=f"passengers[].{extra[0]}",
+                              allowed=list(PASSENGER_FIELDS))
+        name = person.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise VendorError(ErrorCode.INVALID_FIELD_TYPE, field_name="passengers[].name",
+                              expected="{name: str}: the passenger's full name")
+        names.append(name)
+    return names
+
+
 def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any], World]:
-    """Book seats on a flight for all passengers (full names) and pay with `payment_token`.
+    """Book seats on a flight for all passengers ([{"name": full name}, ...]) and pay with `payment_token`.
     Returns the `booking_id` and the `total_inr` actually charged, fees included."""
-    # 1. schema: required fields and types were checked by dispatch; cross-field rule here.
-    pax = len(args["passengers"])
+    # 1. schema: top-level fields and types were checked by dispatch; each passenger and a cross-field rule here.
+    names = passenger_names(args["passengers"])
+    pax = len(names)
     if args.get("passenger_count") is not None and args["passenger_count"] != pax:
         raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name="passenger_count", expected=pax)
     flight = _find_flight(world, args["flight_id"], args["date"])
@@ -153,7 +174,7 @@ def book(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     # 5. id generation + commit
     details = {"flight_id": flight["flight_id"], "from": flight["from"], "to": flight["to"],
                "date": args["date"], "depart_time": hhmm(flight["depart"]), "passenger_count": pax,
-               "passengers": list(args["passengers"])}
+               "passengers": names}
     booking = Booking(stable_id(REFERENCE_PREFIXES["airline"], world.seed, key, len(world.bookings)), "airline", "airline.book",
                       "confirmed", details, total, turn, payment_id)
     response = {**booking_view(booking), flags["price_field"]: flight["fare"],
@@ -178,7 +199,7 @@ def get_booking(world: World, args: dict[str, Any], turn: int) -> tuple[dict[str
 def _book_args(flags: dict[str, Any]) -> tuple[Arg, ...]:
     return (Arg("flight_id", "str", True, "flight_id from airline.search"),
             Arg("date", "date", True, "travel date YYYY-MM-DD"),
-            Arg("passengers", "list[str]", True, "full name of every passenger"),
+            Arg("passengers", "list[object]", True, "[{name}]: every passenger's full name"),
             Arg("passenger_count", "int", flags["requires_passenger_count"], "number of passengers"),
             *payment_args())
 

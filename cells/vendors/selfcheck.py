@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.step_04_datatypes import Constraint, GoalSpec, ToolResult, UserFacts
+from cells.step_04_datatypes import Constraint, GoalSpec, ToolResult, UserFacts, passengers_arg
 
 from .dispatch import dispatch
 from .world import World, new_world
@@ -53,7 +53,7 @@ def book_cheapest(world: World, mfa_code: str | None = None, **extra: Any) -> tu
         best = min(res.response["flights"], key=lambda f: f[field])
         names = list(goal.user.passenger_names) or ["Asha Rao"]
         return call(world, "airline.book", {"flight_id": best["flight_id"], "date": slots["date"],
-                                            "passengers": names[: int(slots.get("passengers", 1))], **pay})
+                                            "passengers": passengers_arg(names[: int(slots.get("passengers", 1))]), **pay})
     if goal.domain == "cab":
         res, world = call(world, "cab.estimate", {"pickup": slots["pickup"], "drop": slots["drop"]})
         best = res.response["options"][0]

@@ -25,6 +25,7 @@ from cells.step_04_datatypes import (
     DriftCallObservation,
     ToolResult,
     UserMessage,
+    passengers_arg,
 )
 from cells.step_07_tasks import BINDING_FACTS, UNREGISTERED_GSTIN
 from cells.tasks.i18n import money
@@ -77,7 +78,8 @@ class ExpertPolicy:
         self.search: dict[str, Any] | None = None
         self.excluded: set[str] = set()
         self.extra: dict[str, Any] = {}
-        self.item_fields: dict[str, str] = {}  # required order-item field -> how to fill it (`repair.item_field`)
+        # list argument -> {required field of each element -> how to fill it} (`repair.item_field`)
+        self.item_fields: dict[str, dict[str, str]] = {}
         self.found_in: set[str] = set()  # required arguments a listing shows (read from the chosen item)
         self.format: str | None = None  # the date/time format the write tool now takes
         self.asking: tuple[str, str] | None = None  # (argument, fact) to ask the user for: need == "fact"
@@ -193,8 +195,9 @@ class ExpertPolicy:
         slots = self.goal.slots
         nested = item_field(resp)
         if nested is not None:
-            self.item_fields[nested[0]] = nested[1]
-            self._refresh_if(nested[1] == "found_in")
+            listed, sub, how = nested
+            self.item_fields.setdefault(listed, {})[sub] = how
+            self._refresh_if(how == "found_in")
         elif resp.get("ask_user"):
             self._ask_fact(field, str(resp["ask_user"]))
         elif resp.get("same_as"):
@@ -361,10 +364,11 @@ class ExpertPolicy:
         self.chosen, self.met = option, met
         args = dict(option.args)
         if self.goal.domain == "airline":
-            args["passengers"] = list(self.names or [])
+            args["passengers"] = passengers_arg(list(self.names or []))
         item = option.attrs.get("item") or {}
-        if self.item_fields and "items" in args:
-            args["items"] = fill_items(args["items"], self.item_fields, item.get("menu", []))
+        for listed, fields in self.item_fields.items():
+            if isinstance(args.get(listed), list):
+                args[listed] = fill_items(args[listed], fields, item.get("menu", []))
         args.update(self.extra)
         args.update({name: lookup(name, item) for name in self.found_in})
         if self.format is not None:

@@ -73,7 +73,7 @@ def error_cite(response: dict[str, Any]) -> str:
     if isinstance(response.get("min_order_inr"), int):
         return money(response["min_order_inr"])
     if response.get("field_name"):
-        return str(response["field_name"]).removeprefix("items[].")
+        return str(response["field_name"]).rpartition("[].")[2]  # a nested field: its own name
     return str(response.get("error_code", ""))
 
 

@@ -81,7 +81,7 @@ class RandomPolicy:
     def _value(self, key: str) -> Any:
         rng = self.rng
         if key == "passengers":
-            return [rng.choice(("Asha Rao", "", "X"))]
+            return [rng.choice(({"name": "Asha Rao"}, {"name": ""}, "X"))]
         if key == "items":
             return [{"dish_id": rng.choice(("D01", "D02", "zz")), "qty": rng.randint(0, 3)}]
         if key == "rooms":

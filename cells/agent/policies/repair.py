@@ -3,7 +3,8 @@ the generic vendor mechanisms (cells/vendors/generic.py), read only through the 
 
 - A missing argument the error names, valued `same_as` another (a search argument, a goal fact, a field of the
   chosen listing item), `found_in` a search's results (the chosen item shows it under the argument's own name),
-  or an item field expected as a list (`items[].addons`: an empty list).
+  or a field of each element of a list argument expected as a list (`items[].addons`, `passengers[].x`: an empty
+  list).
 - A format the error names (`expected: "DD-MM-YYYY"`): every date or date-time argument rewritten in it.
 - A renamed response field: `read(item, key, kind)` finds the one new field of the same type where `key` is gone.
 """
@@ -40,22 +41,27 @@ def lookup(name: str, *sources: Any) -> Any:
     return None
 
 
-def item_field(error: dict[str, Any]) -> tuple[str, str] | None:
-    """(item field, how to fill it) for an error naming a missing field inside list items (`items[].x`): an empty
-    list, or the value the chosen listing shows for the item (`found_in`); None for a top-level field."""
+def item_field(error: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(list argument, element field, how to fill it) for an error naming a missing field inside each element of a
+    list argument (`items[].x`): an empty list, or the value the chosen listing shows for the element
+    (`found_in`); None for a top-level field."""
     field = str(error.get("field_name", ""))
-    _, sep, sub = field.partition("[].")
-    if not sep or not sub:
+    listed, sep, sub = field.partition("[].")
+    if not sep or not sub or not listed:
         return None
     how = LIST_FIELD if str(error.get("expected", "")).startswith("list") else "found_in"
-    return sub, how
+    return listed, sub, how
 
 
-def fill_items(items: list[dict[str, Any]], fields: dict[str, str], menu: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each order item with every required item field: an empty list, or the field the menu shows for its dish."""
+def fill_items(items: list[Any], fields: dict[str, str], menu: list[dict[str, Any]]) -> list[Any]:
+    """Each element (an object) with every required field: an empty list, or the field the menu shows for its
+    dish."""
     by_id = {d.get("dish_id"): d for d in menu if isinstance(d, dict)}
     out = []
     for item in items:
+        if not isinstance(item, dict):
+            out.append(item)
+            continue
         extra = {sub: [] if how == LIST_FIELD else lookup(sub, by_id.get(item.get("dish_id")))
                  for sub, how in fields.items()}
         out.append({**item, **extra})
