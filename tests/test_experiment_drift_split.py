@@ -534,6 +534,26 @@ def test_the_generalisation_curve_orders_points_by_training_instances_and_pairs_
     assert "--oracle " + str(oracle) in block
 
 
+def test_a_curve_point_counts_the_instances_its_run_had_when_evaluated_not_todays_catalogue(tmp_path):
+    """The catalogue grows (a new site adds instances); a run evaluated before keeps its recorded count, and the
+    evaluation records today's count for a new run."""
+    from cells.evaluation import split_curve
+    from cells.experiments.drift_split import trained_instance_count
+    from cells.step_02_profiles import get_profile
+    from cells.step_06_drift import drift_split
+
+    everything = len(drift_split("latin-gen").training_ids())
+    old = _curve_run(tmp_path, "gen-old", 2001, -1, 0.6)
+    meta = json.loads((old / split_pool.EVAL_FILE).read_text())
+    assert split_curve.train_instances(split_pool.load_split_run(old)) == everything  # none recorded: counted today
+    (old / split_pool.EVAL_FILE).write_text(json.dumps({**meta, "train_instances": everything - 4}))
+    assert split_curve.train_instances(split_pool.load_split_run(old)) == everything - 4
+    gen = get_profile("cpu-gen")
+    assert gen.drift_split == "latin-gen" and trained_instance_count(gen) == len(
+        drift_split("latin-gen").training_ids(gen.drift_train_instances))
+    assert trained_instance_count(get_profile("cpu-smoke")) is None  # no generated split
+
+
 def test_the_curve_refuses_runs_that_differ_beyond_the_instances_hand_written_splits_and_a_lone_run(tmp_path):
     from cells.evaluation import split_curve
 

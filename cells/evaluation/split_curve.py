@@ -42,9 +42,11 @@ REQUIRED_POINTS = 4  # the experiment asks for at least four points
 
 def train_instances(run: SplitRun) -> int:
     """How many distinct generated instances the run's training could meet (`drift_train_instances`; -1: all of
-    the split's training instances)."""
+    the split's training instances): as its evaluation recorded, else counted in today's catalogue."""
     from cells.step_06_drift import GeneratedSplit, drift_split
 
+    if run.train_instances is not None:
+        return run.train_instances
     if run.recipe is None or CURVE_KNOB not in run.recipe:
         raise SplitPoolError(f"{run.path}: eval_splits.json records no {CURVE_KNOB} (an archive older than the "
                              "recorded recipe): replay it with `python -m cells splits`")

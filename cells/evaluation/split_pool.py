@@ -102,6 +102,7 @@ class SplitRun:
     records: dict[str, dict[str, tuple[EvalRecord, ...]]]
     recipe: dict[str, Any] | None = None  # `recipe` of eval_splits.json; None in archives that predate it
     compute: tuple[dict[str, Any], ...] = ()  # `compute` of eval_splits.json: what each model's training cost
+    train_instances: int | None = None  # generated instances its training could meet, as counted when evaluated
 
     def cases(self, which: str) -> list[tuple[int, int, str]]:
         """The sorted (seed, stage, language) cases of set `which` (every model plays the same ones)."""
@@ -146,7 +147,7 @@ def load_split_run(run_dir: Path) -> SplitRun:
                                  f"`{remake_command(run_dir, meta.get('per_set'), meta.get('split'))}`")
     return SplitRun(run_dir.name, run_dir, meta["split"], meta.get("trained_with_split"), int(meta["per_set"]),
                     meta.get("seed"), {w: {m: tuple(rs) for m, rs in ms.items()} for w, ms in records.items()},
-                    meta.get("recipe"), tuple(meta.get("compute", ())))
+                    meta.get("recipe"), tuple(meta.get("compute", ())), meta.get("train_instances"))
 
 
 NOT_RECIPE = frozenset({"seed", "profile"})  # what one recipe's seeds differ in: the seed and the preset's name

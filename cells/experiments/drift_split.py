@@ -120,6 +120,16 @@ def recipe_knobs(profile: Any) -> dict[str, Any]:
     return stage_knobs(profile, 3)
 
 
+def trained_instance_count(profile: Any) -> int | None:
+    """How many distinct generated instances the run's training could meet, under the catalogue of this checkout
+    (recorded with the evaluation, so a curve drawn after the catalogue grows still counts what the run had); None
+    for a run trained without a generated split."""
+    from cells.step_06_drift import GeneratedSplit, drift_split
+
+    split = drift_split(profile.drift_split) if profile.drift_split else None
+    return len(split.training_ids(profile.drift_train_instances)) if isinstance(split, GeneratedSplit) else None
+
+
 def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = None) -> dict[str, Any]:
     """Play the run's models on `per_set` held-out cases per pattern set; write and return `eval_splits.json`."""
     from cells.evaluation.records import save_records_jsonl
@@ -140,7 +150,7 @@ def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = N
     cases = split_plan(split, per_set)
     out: dict[str, Any] = {"run": run_dir.name, "split": name, "trained_with_split": profile.drift_split or None,
                            "per_set": per_set, "seed": profile.seed, "recipe": recipe_knobs(profile),
-                           "records": RECORDS_FILE, "sets": {}}
+                           "train_instances": trained_instance_count(profile), "records": RECORDS_FILE, "sets": {}}
     played: list[Any] = []
     for which in eval_sets(split):
         spec = make_spec(profile, cases[which], sampled_trials=0)
