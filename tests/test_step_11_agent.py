@@ -219,6 +219,22 @@ def test_exploit_registry_names_and_texts() -> None:
         assert result.rewards.reward < 0.1, name
 
 
+def test_wrong_quantity_stays_skewed_when_a_drift_makes_it_resend_the_booking() -> None:
+    """Its skew is computed from the goal, not from the call it resends after a timeout (skewing a skewed call
+    undoes it: seeds 62 and 209 resend)."""
+    retried = 0
+    for r in play.play_many(make_env_factory(2), EXPLOIT_POLICIES["wrong_quantity"], range(260)):
+        goal = r.episode.goal
+        calls = [a for a in r.episode.actions if a.action is not None and a.action.tool_name == "airline.book"]
+        if goal.domain != "airline" or len(calls) < 2:
+            continue
+        retried += 1
+        counts = {len(a.action.tool_args["passengers"]) for a in calls}
+        assert counts == {int(goal.slots["passengers"]) - 1 or 2}, (r.episode.seed, counts)
+        assert r.rewards.r_task == 0.0
+    assert retried >= 3
+
+
 def test_book_twice_leaves_two_live_bookings_and_is_penalised() -> None:
     for r in play.play_many(make_env_factory(1), EXPLOIT_POLICIES["book_twice"], range(8)):
         live = [b for b in r.episode.bookings if b.live]
