@@ -664,7 +664,7 @@ def test_booking_drills_end_at_the_experts_first_booking_call_carrying_every_bin
     from cells.actions import parse_action
     from cells.agent.prompt import format_now
     from cells.step_02_profiles import TRAIN_SEEDS
-    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS
+    from cells.step_04_datatypes import GOAL_SEARCH_TOOLS, GOAL_WRITE_TOOLS, passengers_arg
     from cells.step_07_tasks import generate
     from cells.training.sft_data import (
         BOOKING_SEED_OFFSET,
@@ -693,7 +693,7 @@ def test_booking_drills_end_at_the_experts_first_booking_call_carrying_every_bin
         if goal.domain == "restaurant":  # a portion per diner, as a number the user said, on one dish
             assert len(args["items"]) == 1 and args["items"][0]["qty"] >= goal.slots["party_size"]
         if goal.domain == "airline":  # the names the user gave when asked, one per seat
-            assert args["passengers"] == list(goal.user.passenger_names)
+            assert args["passengers"] == passengers_arg(goal.user.passenger_names)
     profile = dataclasses.replace(get_profile("cpu-smoke"), sft_booking_drills=0.4)
     assert [sft_plan_item(profile, 10, stage, stage - 1).bookings for stage in (1, 2, 3)] == [4, 4, 4]
     with pytest.raises(ValueError, match="sft_booking_drills"):
