@@ -95,6 +95,8 @@ def test_a_pattern_plan_holds_only_cases_scheduling_it_and_reach_splits_by_the_s
     assert split_cases(SPLIT, 3, PROBE_SEEDS, start=40_000, pattern=rare) == cases  # deterministic
     with pytest.raises(SplitPlanError, match=f"scheduling '{rare}'"):
         split_cases(SPLIT, 1, SeedRange("tiny", 0, 1_000_000), stages=(1,), pattern=rare)
+    with pytest.raises(SplitPlanError, match="is a generated instance"):  # refused at once, not after a long scan
+        split_cases(SPLIT, 1, PROBE_SEEDS, pattern="gen/required_item_field/airline/passenger_list/meal_preferences")
 
     mixed = split_cases(SPLIT, 6, PROBE_SEEDS, start=40_000, sets=["reinforced"])["reinforced"]
     per_case = [i % 3 for i in range(len(mixed))]  # successes of 2 draws each

@@ -61,11 +61,16 @@ def split_cases(split: Any, per_set: int, seeds: Any, start: int = 0, stages: tu
     """`per_set` drifted cases per pattern set (`sets`, default all three) from `seeds` (a step-2 `SeedRange`),
     scanned from index `start`, `stages` in turn; with `pattern`, only cases whose schedule holds it (and only
     its set); `SplitPlanError` when the range runs dry first."""
+    from cells.drift.families import is_generated
     from cells.evaluation.runner import EvalCase
     from cells.step_02_profiles import LANGUAGES
     from cells.step_06_drift import PATTERN_SETS
     from cells.step_07_tasks import generate
 
+    if pattern is not None and is_generated(pattern):
+        raise SplitPlanError(f"{pattern!r} is a generated instance: the catalogue's schedules played here never hold "
+                             "one (a generated split's held-out instances are played as its gen-unseen-a/b/c sets); "
+                             "name a hand-written pattern")
     wanted = (split.set_of(pattern),) if pattern else tuple(sets or PATTERN_SETS)
     found: dict[str, list[Any]] = {which: [] for which in wanted}
     # a single pattern is in a few percent of drifted schedules: scan further for it
