@@ -11,8 +11,9 @@
    options still available, cut after the expert's new choice, behind the same prompt) and
    `profile.sft_year_turn_drills` year-turn drills (search drills on goals dated in the next calendar year, a
    January date asked for in December: `crosses_year`) and `profile.sft_field_drills` field drills (a search or
-   booking call refused for a required argument it lacked, then sent with it; no loss on the refused call; off in
-   every preset); TRL's `SFTTrainer` trains on them once each,
+   booking call refused for a required argument it lacked, then sent with it; no loss on the refused call) and
+   `profile.sft_item_field_drills` item-field drills (the same one level down: a field each element of a list
+   argument must carry); TRL's `SFTTrainer` trains on them once each,
    batches grouped by length, loss on assistant tokens only (`cells.training.warm_start`, `cells.training.sft_data`).
    CPU profiles (`warm_start_full`) train ALL weights of the never-pretrained tiny model, save it to
    `training/warm_start/model` as the base, then wrap it with a fresh LoRA for GRPO (the KL reference

@@ -81,6 +81,10 @@ def test_section_numbers_come_from_the_run_files(tmp_path):
                                                   "sft_recovery_drills": 0.2, "sft_field_drills": 0.2}))
     assert ("100 examples (50 fresh expert conversations + 30 search drills + 10 field drills + 10 recovery "
             "drills)") in results.results_section(run)
+    (run / "profile.json").write_text(json.dumps({**profile, "sft_episodes": 50, "sft_search_drills": 0.6,
+                                                  "sft_field_drills": 0.2, "sft_item_field_drills": 0.1}))
+    assert ("100 examples (50 fresh expert conversations + 30 search drills + 10 field drills + 5 item-field "
+            "drills + 5 recovery drills)") in results.results_section(run)
 
 
 def test_a_reused_warm_start_is_named_with_its_own_minutes(tmp_path):

@@ -870,6 +870,56 @@ def test_field_drills_stay_out_of_every_domain_where_a_withheld_recovery_is_a_mi
     assert field_drill_domains(None) == ("airline", "cab", "restaurant", "hotel")  # no split: every domain
 
 
+def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the_split_demonstrates_it():
+    from cells.actions import parse_action
+    from cells.drift.families import all_instances
+    from cells.step_06_drift import demonstration_pool, drift_split
+    from cells.training.sft_data import (
+        ITEM_FIELD_DRILL_NAMES,
+        NO_LOSS_KEY,
+        EpisodePlanItem,
+        WarmStartError,
+        generate_conversations,
+        item_field_drill_targets,
+        sft_plan_item,
+    )
+
+    # no drill name is any family's value: a drill never shows a drift instance, held-out values least of all
+    family_values = {str(v) for inst in all_instances() for v in inst.values.values()}
+    assert len(set(ITEM_FIELD_DRILL_NAMES)) == len(ITEM_FIELD_DRILL_NAMES) >= 12
+    assert not family_values & set(ITEM_FIELD_DRILL_NAMES) and "assistance_needs" in family_values
+    pool = demonstration_pool(drift_split("latin-gen"))
+    # latin-gen withholds the restaurant's nested field whole (hold-out a): the airline's list only
+    assert item_field_drill_targets(pool) == (("airline.book", "passengers", ("airline",)),)
+    assert {t for t, _, _ in item_field_drill_targets(None)} == {"airline.book", "restaurant.order"}
+    weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
+    item = EpisodePlanItem(2, 6, weights, 0, drift_pool=pool, drift_source="both", item_field_drills=2.0)
+    assert (item.item_fields, item.examples) == (12, 18)
+    mixed = generate_conversations([item])
+    plain = generate_conversations([dataclasses.replace(item, item_field_drills=0.0)])
+    drills = [m for m in mixed if m not in plain]
+    assert len(mixed) == 18 and len(drills) == 12 and [m for m in mixed if m in plain] == plain
+    names = set()
+    for drill in drills:
+        refused, error, repaired = drill[-3:]
+        assert refused[NO_LOSS_KEY] is True and [m for m in drill if m.get(NO_LOSS_KEY)] == [refused]
+        named = json.loads(error["content"].removeprefix("[tool_result] "))
+        assert (named["error_code"], named["tool"]) == ("MISSING_REQUIRED_FIELD", "airline.book")
+        listed, _, field = named["field_name"].partition("[].")
+        before, after = parse_action(refused["content"]).tool_args, parse_action(repaired["content"]).tool_args
+        # the same call, each passenger now carrying the named field as an empty list, nothing else changed
+        assert listed == "passengers" and field in ITEM_FIELD_DRILL_NAMES
+        assert after == {**before, "passengers": [{**p, field: []} for p in before["passengers"]]}
+        names.add(field)
+    assert len(names) >= 4
+    with pytest.raises(WarmStartError, match="item_field_drills"):  # a split with no nested field demonstrated
+        generate_conversations([dataclasses.replace(item, drift_pool=demonstration_pool(drift_split("latin")))])
+    profile = dataclasses.replace(get_profile("cpu-smoke"), sft_item_field_drills=0.5)
+    assert [sft_plan_item(profile, 10, stage, stage - 1).item_fields for stage in (1, 2, 3)] == [5, 5, 5]
+    with pytest.raises(ValueError, match="sft_item_field_drills"):
+        dataclasses.replace(profile, sft_item_field_drills=-0.1)
+
+
 def test_an_assistant_turn_marked_no_loss_is_context_only():
     from cells.training.sft_data import NO_LOSS_KEY
 

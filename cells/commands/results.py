@@ -230,9 +230,10 @@ def _examples_what(profile: dict[str, Any], examples: int) -> str:
     bookings = round(conversations * float(profile.get("sft_booking_drills") or 0.0))
     year_turns = round(conversations * float(profile.get("sft_year_turn_drills") or 0.0))
     fields = round(conversations * float(profile.get("sft_field_drills") or 0.0))
-    recoveries = drills - searches - bookings - year_turns - fields  # stages 2-3 only: the rest
+    item_fields = round(conversations * float(profile.get("sft_item_field_drills") or 0.0))
+    recoveries = drills - searches - bookings - year_turns - fields - item_fields  # stages 2-3 only: the rest
     counted = ((searches, "search drills"), (bookings, "booking drills"), (year_turns, "year-turn drills"),
-               (fields, "field drills"), (recoveries, "recovery drills"))
+               (fields, "field drills"), (item_fields, "item-field drills"), (recoveries, "recovery drills"))
     kinds = [f"{n:,} {what}" for n, what in counted if n > 0]
     return f"examples ({conversations:,} fresh expert conversations + {' + '.join(kinds)})"
 

@@ -238,6 +238,12 @@ class Profile:
                   "refused naming it (no loss on it) and follows again with it appended, cut there behind the same "
                   "one-line system prompt: the repair a required-field drift needs, shown only at goal domains "
                   "where no withheld pattern needs it. 0 = off")
+    sft_item_field_drills: float = knob(
+        0.0, help="per expert conversation: a further fresh episode whose booking or order call must carry a field "
+                  "in each element of a list argument (`passengers[].x`, an empty list; `sft_data."
+                  "ITEM_FIELD_DRILL_NAMES`); the usual call is refused naming it (no loss on it) and resent with it in "
+                  "every element, cut there: the nested required-field repair, shown only at list arguments where "
+                  "the drift split demonstrates the nested-field family (needs a generated split, or none). 0 = off")
     sft_learning_rate: float = knob(1e-4, help="warm-start learning rate")
     sft_batch_size: int = knob(0, help="conversations per SFT optimiser step; 0 = num_generations")
     sft_lr_scheduler: str = knob("constant", help="transformers scheduler name; full warm starts decay (cosine)")
@@ -337,7 +343,7 @@ class Profile:
             raise ProfileError(f"profile {self.name!r}: grpo_reinforced_share must be in [0, 1], got "
                                f"{self.grpo_reinforced_share}")
         for knob in ("sft_search_drills", "sft_booking_drills", "sft_recovery_drills", "sft_year_turn_drills",
-                     "sft_field_drills"):
+                     "sft_field_drills", "sft_item_field_drills"):
             if getattr(self, knob) < 0:
                 raise ProfileError(f"profile {self.name!r}: {knob} must be >= 0 (drills per expert conversation), "
                                    f"got {getattr(self, knob)}")

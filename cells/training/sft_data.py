@@ -31,6 +31,15 @@
     anyway), so the drill trains only the repair, and it passes only if the named field, valued from the
     conversation, is added. They stay at goal domains where no withheld pattern's recovery is such an error
     (`field_drill_domains`), so a drift split's withheld patterns stay unseen in the demonstrations.
+  - item-field drills (`item_field_drills`): the same repair one level down. The goal's booking or order call
+    must carry a field in each element of a list argument (`passengers[].loyalty_ids`, an empty list, named from
+    `ITEM_FIELD_DRILL_NAMES`, none of them a drift family's value), set through the same drill control; the
+    expert's call is refused naming `list[].field` (no loss on it) and resent with the field in every element
+    (`ExpertMeetingAnItemField`), cut there, kept only if the vendor took the repair. Only at list arguments
+    where the drift split demonstrates the family's nested field (`item_field_drill_targets`): the airline's
+    `passengers` under `latin-gen`, never the restaurant's withheld `items`. Why: the family is drawn in ~1.7%
+    of drifted demonstrations, too few for the warm start to learn the repair where it is shown
+    (docs/experiments/2026-12-07-nested-site-raft-1241.md).
 - `tokenize_conversation(tokenizer, messages)`: token ids and labels by incremental chat-template rendering
   (`cells.agent.chat.render_segments`), the way the GRPO rollout sees an episode. Environment/user text gets
   label -100; an assistant turn's tokens are trained up to and including the first stop token
@@ -91,6 +100,7 @@ BOOKING_SEED_OFFSET = 60_000_000  # and its booking drills this far (one seed a 
 RECOVERY_SEED_OFFSET = 75_000_000  # and its recovery drills this far (they scan ~15 seeds a drill)
 YEAR_TURN_SEED_OFFSET = 90_000_000  # and its year-turn drills this far (~40 seeds a drill)
 FIELD_SEED_OFFSET = 30_000_000  # and its field drills this far (~3 seeds a drill: only some goal domains qualify)
+ITEM_FIELD_SEED_OFFSET = 40_000_000  # and its item-field drills this far (~7 seeds a drill: airline goals only)
 NO_LOSS_KEY = "no_loss"  # set on an assistant message that is shown as context but not trained on
 
 
@@ -111,6 +121,7 @@ class EpisodePlanItem:
     drift_pool: DriftPool | None = None  # the patterns the expert's episodes draw drifts from (None: every one)
     field_drills: float = 0.0
     drift_source: str = "handwritten"  # which drifts the expert's episodes meet (step 2's DRIFT_SOURCES)
+    item_field_drills: float = 0.0
 
     @property
     def drills(self) -> int:
@@ -133,9 +144,14 @@ class EpisodePlanItem:
         return round(self.count * self.field_drills)
 
     @property
+    def item_fields(self) -> int:
+        return round(self.count * self.item_field_drills)
+
+    @property
     def examples(self) -> int:
         """Conversations plus every kind of drill."""
-        return self.count + self.drills + self.bookings + self.recoveries + self.year_turns + self.fields
+        return (self.count + self.drills + self.bookings + self.recoveries + self.year_turns + self.fields
+                + self.item_fields)
 
 
 Messages = list[dict[str, str]]
@@ -349,6 +365,96 @@ def field_drill(env: Any, seed: int, domains: Sequence[str]) -> Messages | None:
     return behind_time_line(env, messages)
 
 
+# The nested fields an item-field drill may require: names no drift family declares anywhere (a test checks), so a
+# drill never shows a family's instance, least of all a held-out value; many, so the repair is read off the error.
+ITEM_FIELD_DRILL_NAMES = ("loyalty_ids", "baggage_tags", "document_ids", "contact_numbers", "insurance_codes",
+                          "visa_refs", "allergy_notes", "upgrade_codes", "travel_docs", "service_codes",
+                          "emergency_contacts", "voucher_ids", "companion_ids", "priority_tags", "gift_codes",
+                          "delivery_notes")
+ITEM_FIELD_DRILL_SEEDS_PER = 20  # seeds scanned per item-field drill at most (~7 needed: airline goals only)
+
+
+def item_field_drill_targets(pool: DriftPool | None) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(write tool, list argument, goal domains) where an item-field drill may require a nested field: each list
+    argument of a `require_item_field` family site with an instance in `pool` (None: every site), so a drill
+    only shows the repair at a (tool, list) the split already demonstrates."""
+    from cells.drift.families import all_instances, family_of
+
+    seen: dict[tuple[str, str], tuple[str, ...]] = {}
+    for inst in all_instances():
+        if family_of(inst.family).mechanism != "require_item_field":
+            continue
+        if pool is None or inst.id in pool.allowed:
+            seen.setdefault((inst.tool, inst.field.removesuffix("[]")), inst.applies_to)
+    return tuple((tool, listed, domains) for (tool, listed), domains in sorted(seen.items()))
+
+
+class ExpertMeetingAnItemField:
+    """The expert, watched in an episode whose `target` tool requires nested field `where` (`list[].field`): it
+    repairs the refusal itself (`repair.item_field`). `refused_at` is the action the vendor refused naming `where`
+    (None until then), `repaired` is set once the expert's next call to `target` is out."""
+
+    name = "expert_meeting_an_item_field"
+
+    def __init__(self, target: str, where: str) -> None:
+        from cells.agent.policies.expert import ExpertPolicy
+
+        self.expert = ExpertPolicy()
+        self.target, self.where = target, where
+        self.actions = 0
+        self.refused_at: int | None = None
+        self.repaired = False
+
+    def reset(self, observation: Any, goal: Any = None) -> None:
+        self.expert.reset(observation, goal)
+        self.actions, self.refused_at, self.repaired = 0, None, False
+
+    def act(self, observation: Any, history: Any = None) -> str:
+        from cells.actions import parse_action
+
+        result = observation.last_result
+        if self.refused_at is None and result is not None and result.response.get("error_code") == FIELD_ERROR \
+                and result.response.get("field_name") == self.where:
+            self.refused_at = self.actions - 1
+        text = self.expert.act(observation, history)
+        if self.refused_at is not None and parse_action(text).tool_name == self.target:
+            self.repaired = True
+        self.actions += 1
+        return text
+
+
+def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tuple[str, ...]]]) -> Messages | None:
+    """The expert's episode on `seed` in which its booking or order call must carry a nested field it never sends
+    (one of `targets` that applies to the goal, a name of `ITEM_FIELD_DRILL_NAMES`; the seed picks both), up to its
+    repaired call, behind a system prompt of only the caller's time; the refused call is marked `NO_LOSS_KEY`.
+    None when no target applies to the goal, the call never came or was not refused naming the field (a timeout
+    first), or the vendor refused the repair too."""
+    from cells.agent.play import conversation
+    from cells.step_04_datatypes import GOAL_WRITE_TOOLS, stable_int
+    from cells.step_07_tasks import generate
+
+    goal = generate(seed=seed, stage=env.stage, language_weights=env.language_weights)
+    mine = [(tool, listed) for tool, listed, domains in targets
+            if goal.domain in domains and tool == GOAL_WRITE_TOOLS[goal.domain]]
+    if not mine:
+        return None
+    tool, listed = mine[stable_int(seed, "item field drill") % len(mine)]
+    name = ITEM_FIELD_DRILL_NAMES[stable_int(seed, "item field drill name") % len(ITEM_FIELD_DRILL_NAMES)]
+    where = f"{listed}[].{name}"
+    policy = ExpertMeetingAnItemField(tool, where)
+    messages = conversation(env, policy, seed, stop_after=lambda _: policy.repaired,
+                            after_reset=lambda running: running.require_argument(tool, where, "list[str]"))
+    if policy.refused_at is None or not policy.repaired:
+        return None
+    answer = env.step_text(messages[-1]["content"]).last_result
+    if answer is None or answer.response.get("field_name") == where:
+        return None
+    # messages: system, utterance, then action k at index 2 + 2k and the observation after it at 3 + 2k
+    refused = 2 + 2 * policy.refused_at
+    messages[refused] = {**messages[refused], NO_LOSS_KEY: True}
+    return behind_time_line(env, messages)
+
+
 def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Messages]:
     """One plan item's conversations, with its drills (every kind) spread evenly among them."""
     from cells.agent.play import collect_expert, successful_conversation
@@ -371,7 +477,14 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
     domains = field_drill_domains(item.drift_pool)
     fields = collect_expert(item.fields, item.seed + FIELD_SEED_OFFSET, lambda seed: field_drill(env, seed, domains),
                             what="field drills", on_found=bar.update, seeds_per_result=FIELD_DRILL_SEEDS_PER)
-    groups = (convs, drills, bookings, recoveries, year_turns, fields)
+    targets = item_field_drill_targets(item.drift_pool) if item.item_fields else ()
+    if item.item_fields and not targets:
+        raise WarmStartError("item_field_drills > 0 but the drift split demonstrates no nested required field "
+                             "(no `required_item_field` instance in its demonstration pool): set it to 0")
+    item_fields = collect_expert(item.item_fields, item.seed + ITEM_FIELD_SEED_OFFSET,
+                                 lambda seed: item_field_drill(env, seed, targets), what="item-field drills",
+                                 on_found=bar.update, seeds_per_result=ITEM_FIELD_DRILL_SEEDS_PER)
+    groups = (convs, drills, bookings, recoveries, year_turns, fields, item_fields)
     keyed = [((i + 0.5) / len(group), m) for group in groups for i, m in enumerate(group)]
     return [m for _, m in sorted(keyed, key=lambda pair: pair[0])]
 
@@ -505,7 +618,8 @@ SFT_STAGE_SEED_STRIDE = 100_000_000  # SFT seeds of stage s start at profile.see
 def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int = 0) -> EpisodePlanItem:
     """The warm start's recipe for `n` expert conversations of `stage` (that stage's `language_weights` and turn
     budget, `profile.sft_search_drills` search, `profile.sft_booking_drills` booking and
-    `profile.sft_year_turn_drills` year-turn drills and `profile.sft_field_drills` field drills per conversation,
+    `profile.sft_year_turn_drills` year-turn drills, `profile.sft_field_drills` field drills and
+    `profile.sft_item_field_drills` item-field drills per conversation,
     and in the drifted stages 2-3 `profile.sft_recovery_drills` recovery drills) on SFT seed block `seed_block`: the
     warm start uses blocks 0-2 (stages 1-3); the SFT-only control (`cells.experiments.control`) and the warm start's
     development gate (`cells.training.warm_start_gate`, at `offset` seeds into its block) later ones, same recipe."""
@@ -518,7 +632,8 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int
     return EpisodePlanItem(stage, n, tuple(profile.language_weights[stage - 1]),
                            profile.seed + seed_block * SFT_STAGE_SEED_STRIDE + offset, profile.sft_search_drills,
                            profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
-                           profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source)
+                           profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source,
+                           profile.sft_item_field_drills)
 
 
 def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -25,7 +25,7 @@ from cells.step_04_datatypes import (
 
 from . import airline, cab, hotel, payment, restaurant
 from .error_codes import ErrorCode, VendorError
-from .generic import checked_args, extra_args, formatted_args, schema_notes, shaped_response
+from .generic import ITEM_SEP, checked_args, extra_args, formatted_args, schema_notes, shaped_response
 from .registry import TYPES, Tool, check_schema
 from .world import DEFAULT_FLAGS, World
 
@@ -96,15 +96,25 @@ class DrillArgumentError(DriftCallError, ValueError):
 def require_argument(world: World, tool_name: str, name: str, kind: str) -> World:
     """New World in which `tool_name` also requires `name` (of registry type `kind`): a call without it gets
     `MISSING_REQUIRED_FIELD` naming it. For training drills of that repair where the tool's usual call lacks the
-    argument; the handler ignores the value (the drill ends at the repaired call)."""
+    argument; the handler ignores the value (the drill ends at the repaired call). `name` may be `list[].field`:
+    each element of the tool's `list[object]` argument `list` then needs `field`, a `list[str]` (an empty list
+    passes: a drill has no value source, and an empty list is a value every caller can send)."""
     if tool_name not in TOOLS:
         raise DrillArgumentError(f"no tool {tool_name!r}; available: {list(TOOL_NAMES)}")
     if kind not in TYPES:
         raise DrillArgumentError(f"argument type must be one of {list(TYPES)}, got {kind!r}")
     tool = TOOLS[tool_name]
-    declared = sorted(a.name for a in tool.args(world.flags[tool.domain]))
-    if name in declared:
-        raise DrillArgumentError(f"{tool_name} already declares {name!r} (its arguments: {declared})")
+    args = {a.name: a.type for a in tool.args(world.flags[tool.domain])}
+    listed, nested, field = name.partition(ITEM_SEP)
+    if nested:
+        lists = sorted(a for a, t in args.items() if t == "list[object]")
+        if listed not in lists or not field:
+            raise DrillArgumentError(f"{name!r}: a nested field is `list[].field` with `list` one of {tool_name}'s "
+                                     f"list-of-object arguments {lists}")
+        if kind != "list[str]":
+            raise DrillArgumentError(f"a nested field {name!r} must be of type 'list[str]', got {kind!r}")
+    elif name in args:
+        raise DrillArgumentError(f"{tool_name} already declares {name!r} (its arguments: {sorted(args)})")
     return dataclasses.replace(world, extra_required=(*world.extra_required, (tool_name, name, kind)))
 
 

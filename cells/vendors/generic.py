@@ -13,7 +13,8 @@ every goal domain, so a family needs no code in any vendor:
 - `terms` {field: value}: shown in the write's response (a terms notice the user must hear).
 
 The training drills' required arguments (`World.extra_required`, `dispatch.require_argument`) go through the same
-check (`extra_args`): a required argument without a value source, whose value the handler ignores.
+checks (`extra_args`; a nested one, `list[].field`, as an empty-list `item_of` spec: `drill_item_specs`): a
+required argument without a value source, whose value the handler ignores.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 USER_FACTS: dict[str, str] = {"name": "names", "gstin": "gstin"}
 ARG_FORMATS = formats.CANONICAL  # the argument types whose format a drift may change
 LIST_EXPECTED = "list[str] (may be empty)"
+ITEM_SEP = "[]."  # `list[].field`: a field of each element of list argument `list` (errors, drills)
 
 
 def _hints(spec: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -46,7 +48,7 @@ def _hints(spec: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 def extra_args(world: World, tool: Tool) -> tuple[Arg, ...]:
     """Top-level arguments `tool` requires in this world beyond its declared ones: a drill's, then the flags'."""
     drills = tuple(Arg(arg, kind, True, "required for this episode") for on, arg, kind in world.extra_required
-                   if on == tool.name) if world.extra_required else ()
+                   if on == tool.name and ITEM_SEP not in arg) if world.extra_required else ()
     specs = world.flags[tool.domain].get("required_args")
     if not specs:
         return drills
@@ -92,9 +94,20 @@ def _check_value(world: World, spec: dict[str, Any], holder: dict[str, Any], whe
         raise VendorError(ErrorCode.INVALID_FIELD_VALUE, field_name=where, expected=said)
 
 
+def drill_item_specs(world: World, tool: Tool) -> list[dict[str, Any]]:
+    """A drill's nested required fields of `tool` (`list[].field` in `World.extra_required`) as `required_args`
+    specs: checked exactly as a drift's empty-list item field, but never in the flags, so no doc names them."""
+    out = []
+    for on, arg, kind in world.extra_required:
+        listed, nested, field = arg.partition(ITEM_SEP)
+        if on == tool.name and nested:
+            out.append({"tool": on, "name": field, "type": kind, "item_of": listed})
+    return out
+
+
 def _checked_items(world: World, spec: dict[str, Any], items: Any) -> Any:
     """Each element of the list argument with the required item field checked, then taken out."""
-    where = f"{spec['item_of']}[].{spec['name']}"
+    where = f"{spec['item_of']}{ITEM_SEP}{spec['name']}"
     if not isinstance(items, list):
         return items
     out = []
@@ -115,6 +128,8 @@ def checked_args(world: World, tool: Tool, args: dict[str, Any]) -> dict[str, An
     """`args` after the value checks of the flags' required arguments (presence and types were checked with the
     declared ones), without those arguments: what the handler gets."""
     specs = [s for s in world.flags[tool.domain].get("required_args") or () if s["tool"] == tool.name]
+    if world.extra_required:
+        specs += drill_item_specs(world, tool)
     if not specs:
         return args
     out = dict(args)
@@ -195,7 +210,7 @@ def schema_notes(tool: Tool, flags: dict[str, Any], args: dict[str, str], fields
                     args[arg.name] += f" (format {fmt})"
     for spec in flags.get("required_args") or ():
         if spec["tool"] == tool.name:
-            key = f"{spec['item_of']}[].{spec['name']}" if "item_of" in spec else spec["name"]
+            key = f"{spec['item_of']}{ITEM_SEP}{spec['name']}" if "item_of" in spec else spec["name"]
             args[key] = Arg(key, spec["type"], True, _doc(spec)).render()
             required.append(key)
         elif spec.get("found_in") == tool.name:

@@ -90,7 +90,7 @@ class World:
     # World of the episode (`dataclasses.replace` hands it on) and freed with them
     listings_memo: dict[tuple[Any, ...], list[dict[str, Any]]] = field(default_factory=dict, compare=False,
                                                                        repr=False)
-    # (tool, argument, type): an argument a training drill made `tool` require on top of its declared ones
+    # (tool, argument, type): an argument (or `list[].field`) a training drill made `tool` require beyond its own
     # (`DriftCallEnv.require_argument`); never set by a drift, so no episode the judge scores has one
     extra_required: tuple[tuple[str, str, str], ...] = ()
 
