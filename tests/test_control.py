@@ -410,6 +410,14 @@ def test_diagnose_reach_plays_a_control_on_the_same_development_cases(tmp_path):
     assert list(gen)[3:] == ["demonstrated", "reinforced", "unseen", "gen-unseen-a", "gen-unseen-b", "gen-unseen-c"]
     assert all(gen[w]["successes_per_case"] == warm[w]["successes_per_case"] for w in ("reinforced", "unseen"))
     assert all(gen[w]["cases"] == 2 and "by_pattern" not in gen[w] for w in ("gen-unseen-a", "gen-unseen-c"))
+    # one generated instance: cases admitting it, under the set the split places it in, saved under a flat name
+    held = "gen/required_item_field/airline/passenger_list/assistance_needs"
+    one = diagnose_reach(run, "latin-gen", episodes=2, samples=1, warm_start=True, pattern=held)
+    assert list(one)[3:] == ["gen-unseen-c"] and one["pattern"] == held and "by_pattern" not in one["gen-unseen-c"]
+    saved = run / "diagnose_reach_warm_start_gen-required_item_field-airline-passenger_list-assistance_needs.json"
+    assert json.loads(saved.read_text(encoding="utf-8")) == one
+    with pytest.raises(DiagnoseError, match="nor a generated instance"):
+        diagnose_reach(run, "latin-gen", episodes=1, samples=1, warm_start=True, pattern="gen/no_such_family/x/y/z")
     with pytest.raises(DiagnoseError, match="control --run-dir"):
         diagnose_reach(run, "latin", episodes=1, samples=1, control="sft_control")
     with pytest.raises(SystemExit):

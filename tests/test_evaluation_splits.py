@@ -87,6 +87,28 @@ def test_group_size_table_gives_unbiased_pass_at_g_and_the_share_of_all_equal_gr
     assert group_size_table([], samples=4) == {}
 
 
+def test_a_generated_instance_plan_plays_goals_admitting_it_with_only_that_drift_under_its_split_set():
+    from cells.evaluation.runner import env_for_case
+    from cells.step_07_tasks import generate
+
+    held = "gen/required_item_field/airline/passenger_list/assistance_needs"  # a value latin-gen holds out (c)
+    shown = "gen/required_item_field/airline/passenger_list/meal_preferences"
+    gen = drift_split("latin-gen")
+    cases = split_cases(gen, 4, PROBE_SEEDS, start=40_000, pattern=held)
+    assert list(cases) == ["gen-unseen-c"] and len(cases["gen-unseen-c"]) == 4
+    assert list(split_cases(gen, 1, PROBE_SEEDS, start=40_000, pattern=shown)) == [gen.set_of(shown)]
+    assert list(split_cases(SPLIT, 1, PROBE_SEEDS, start=40_000, pattern=held)) == ["generated"]  # latin places none
+    for case in cases["gen-unseen-c"]:
+        assert case.drifts == held and case.stage in (2, 3)
+        env = env_for_case(case)
+        env.reset(seed=case.seed)
+        assert env.goal == generate(seed=case.seed, stage=case.stage, language_weights={case.language: 1.0})
+        assert env.goal.domain == "airline" and [d.pattern_id for d in env.state.schedule] == [held]
+    assert split_cases(gen, 4, PROBE_SEEDS, start=40_000, pattern=held) == cases  # deterministic
+    with pytest.raises(SplitPlanError, match="too few cases admitting"):
+        split_cases(gen, 1, SeedRange("tiny", 0, 1_000_000), stages=(1,), pattern=held)  # stage 1 has no drift
+
+
 def test_a_pattern_plan_holds_only_cases_scheduling_it_and_reach_splits_by_the_sets_own_patterns():
     rare = "restaurant_min_order_raised"  # reinforced in the latin split, in a few percent of drifted schedules
     cases = split_cases(SPLIT, 3, PROBE_SEEDS, start=40_000, pattern=rare)
@@ -95,8 +117,6 @@ def test_a_pattern_plan_holds_only_cases_scheduling_it_and_reach_splits_by_the_s
     assert split_cases(SPLIT, 3, PROBE_SEEDS, start=40_000, pattern=rare) == cases  # deterministic
     with pytest.raises(SplitPlanError, match=f"scheduling '{rare}'"):
         split_cases(SPLIT, 1, SeedRange("tiny", 0, 1_000_000), stages=(1,), pattern=rare)
-    with pytest.raises(SplitPlanError, match="is a generated instance"):  # refused at once, not after a long scan
-        split_cases(SPLIT, 1, PROBE_SEEDS, pattern="gen/required_item_field/airline/passenger_list/meal_preferences")
 
     mixed = split_cases(SPLIT, 6, PROBE_SEEDS, start=40_000, sets=["reinforced"])["reinforced"]
     per_case = [i % 3 for i in range(len(mixed))]  # successes of 2 draws each

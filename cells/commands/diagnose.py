@@ -51,9 +51,11 @@ the split's reinforced and unseen sets, and of its demonstrated set for comparis
 temperature (G: `--samples`, default the profile's `num_generations`), in all and per pattern of each set (a set's
 few patterns can range from reachable to never solved); a generated split adds its held-out instances of each kind
 (`gen-unseen-a`, `-b`, `-c`, `--episodes` cases each, in all only). The split defaults to the run's `drift_split`.
-`--pattern P` plays only cases whose schedule holds pattern P (a rare one is missed by a small plan). Writes
+`--pattern P` plays only cases whose schedule holds pattern P (a rare one is missed by a small plan); a generated
+instance id (`gen/...`) plays cases whose goal admits it with only that drift, under the set the split places it in
+(`gen-unseen-c` for a held-out value): whether a repair shown at one name reaches another. Writes
 `diagnose_reach.json` (or `diagnose_reach_warm_start.json`, `diagnose_reach_raft_control.json`, ...; `_t<T>` with
-`--temperature`, `_<P>` with `--pattern`). With `--control`, the run's SFT-only or RAFT control plays: a recipe
+`--temperature`, `_<P>` with `--pattern`, a generated id's slashes as dashes). With `--control`, the run's SFT-only or RAFT control plays: a recipe
 change to GRPO is compared with the controls on the same development cases, never on the held-out ones.
 """
 
@@ -487,6 +489,7 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     `_<pattern>` when only cases scheduling `pattern` are played)."""
     import dataclasses
 
+    from cells.drift.families import is_generated
     from cells.evaluation.splits import (
         GENERATED_SETS,
         generated_plan,
@@ -503,7 +506,8 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
         try:
             pattern_by_id(pattern)
         except KeyError as err:
-            raise DiagnoseError(f"--pattern {pattern!r} is not in the drift catalogue (cells/data/drifts.yaml)") from err
+            raise DiagnoseError(f"--pattern {pattern!r} is neither in the drift catalogue (cells/data/drifts.yaml) "
+                                f"nor a generated instance (`python -m cells families`): {err}") from err
     run_dir = Path(run_dir)
     if warm_start and control is not None:
         raise DiagnoseError("play the warm start or a control, not both")
@@ -524,14 +528,14 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
                                "pattern": pattern}
     for which, planned in cases.items():
         summary[which] = reachability(model, tokenizer, planned, profile, g)
-        if which not in GENERATED_SETS:  # a generated set's hundreds of instances: its rows would be one case each
+        if which not in GENERATED_SETS and not (pattern and is_generated(pattern)):  # a generated set's hundreds of instances: its rows would be one case each
             summary[which]["by_pattern"] = reach_by_pattern(split, which, planned, summary[which]["successes_per_case"],
                                                             g)
     out = REACH_FILES[warm_start] if control is None else f"diagnose_reach_{control}.json"
     if temperature is not None:
         out = out.replace(".json", f"_t{temperature:g}.json")
-    if pattern is not None:
-        out = out.replace(".json", f"_{pattern}.json")
+    if pattern is not None:  # a generated id's slashes would name folders
+        out = out.replace(".json", f"_{pattern.replace('/', '-')}.json")
     (run_dir / out).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
@@ -593,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", action="store_true", help="with --signal: also write its block into "
                                                                 "docs/results.md (`signal:<run>`)")
     parser.add_argument("--pattern", default=None,
-                        help="with --reach: only development cases whose schedule holds this drift pattern id")
+                        help="with --reach: only development cases whose schedule holds this drift pattern id; "
+                             "a generated instance id (gen/...): cases whose goal admits it, played with only it")
     args = parser.parse_args(argv)
     if args.warm_start and not (args.refusals or args.dev or args.reach):
         parser.error("--warm-start goes with --refusals, --dev or --reach (the default diagnosis already plays the "

@@ -42,7 +42,9 @@ class EvalCase:
 def drift_setting(drifts: str) -> dict[str, Any]:
     """The env arguments a case's `drifts` names: none for "" (the catalogue), a drift source ("generated", "both":
     step 2's `DRIFT_SOURCES`), else "<split>:<set>": the generated instances a generated split holds out for
-    evaluation set `<set>` (`cells.evaluation.splits.GENERATED_SETS`), as the env's pool."""
+    evaluation set `<set>` (`cells.evaluation.splits.GENERATED_SETS`), as the env's pool, or one generated instance
+    id ("gen/...": the pool holds only it, so every drift the case schedules is that instance)."""
+    from cells.drift.families import is_generated
     from cells.step_02_profiles import DRIFT_SOURCES
 
     if not drifts:
@@ -50,6 +52,9 @@ def drift_setting(drifts: str) -> dict[str, Any]:
     if drifts in DRIFT_SOURCES:
         return {"drift_source": drifts}
     from cells.step_06_drift import DriftPool, GeneratedSplit, drift_split
+
+    if is_generated(drifts):
+        return {"drift_pool": DriftPool(frozenset({drifts})), "drift_source": "generated"}
 
     name, _, which = drifts.partition(":")
     split = drift_split(name)

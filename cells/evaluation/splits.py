@@ -17,7 +17,8 @@ how often sampling reaches a success on each set (pass@G).
 - `reachability(model, tokenizer, cases, profile, samples)`: greedy success, mean sampled success and pass@G
   (a success in at least one of G samples at the profile's GRPO temperature) over cases: what GRPO can reinforce
   at all. GRPO reweights what the policy already samples; a case no sample solves gives a zero-variance group.
-  `reach_by_pattern` breaks it down by the set's patterns; `split_cases(..., pattern=P)` plans cases of one.
+  `reach_by_pattern` breaks it down by the set's patterns; `split_cases(..., pattern=P)` plans cases of one: for
+  a generated instance (`instance_cases`), seeds whose goal admits it, each played with only that instance.
 """
 
 from __future__ import annotations
@@ -68,9 +69,7 @@ def split_cases(split: Any, per_set: int, seeds: Any, start: int = 0, stages: tu
     from cells.step_07_tasks import generate
 
     if pattern is not None and is_generated(pattern):
-        raise SplitPlanError(f"{pattern!r} is a generated instance: the catalogue's schedules played here never hold "
-                             "one (a generated split's held-out instances are played as its gen-unseen-a/b/c sets); "
-                             "name a hand-written pattern")
+        return {instance_set(split, pattern): instance_cases(pattern, per_set, seeds, start, stages)}
     wanted = (split.set_of(pattern),) if pattern else tuple(sets or PATTERN_SETS)
     found: dict[str, list[Any]] = {which: [] for which in wanted}
     # a single pattern is in a few percent of drifted schedules: scan further for it
@@ -92,6 +91,24 @@ def split_cases(split: Any, per_set: int, seeds: Any, start: int = 0, stages: tu
     return {w: tuple(found[w]) for w in wanted}
 
 
+def instance_set(split: Any, pattern: str) -> str:
+    """The set a generated instance evaluates in under `split`: its held-out kind's `GENERATED_SETS` entry, else
+    its training set (demonstrated or reinforced); "generated" under a hand-written split, which places none."""
+    from cells.step_06_drift import GeneratedSplit
+
+    if not isinstance(split, GeneratedSplit):
+        return "generated"
+    which, kind = split.placement(pattern)
+    return f"gen-unseen-{kind}" if which == "unseen" else which
+
+
+def instance_cases(pattern: str, per_set: int, seeds: Any, start: int = 0, stages: tuple[int, ...] = (2, 3)
+                   ) -> tuple[Any, ...]:
+    """`per_set` drifted cases from `seeds` scanned from `start` whose goal admits generated instance `pattern`,
+    each played with only it (`EvalCase.drifts` = its id): how a model meets one instance, held out or trained."""
+    return admitting_cases(pattern, per_set, seeds, start, stages, f"admitting {pattern!r}")
+
+
 def eval_sets(split: Any) -> tuple[str, ...]:
     """The evaluation sets of a split: the pattern sets, and a generated split's `GENERATED_SETS`."""
     from cells.step_06_drift import PATTERN_SETS, GeneratedSplit
@@ -103,19 +120,26 @@ def generated_cases(split: Any, which: str, per_set: int, seeds: Any, start: int
                     stages: tuple[int, ...] = (2, 3)) -> tuple[Any, ...]:
     """`per_set` drifted cases of generated set `which` (`GENERATED_SETS`) from `seeds` scanned from `start`: seeds
     whose goal admits one of the held-out instances, played with only those (`EvalCase.drifts`)."""
+    return admitting_cases(f"{split.name}:{which}", per_set, seeds, start, stages,
+                           f"of {which} in split {split.name!r}")
+
+
+def admitting_cases(drifts: str, per_set: int, seeds: Any, start: int, stages: tuple[int, ...], what: str
+                    ) -> tuple[Any, ...]:
+    """`per_set` cases from `seeds` scanned from `start` (`stages` in turn) whose goal admits a drift of the pool
+    `drifts` names (`drift_setting`), each played with that pool; `SplitPlanError` naming `what` when too few."""
     from cells.evaluation.runner import EvalCase, drift_setting
     from cells.step_02_profiles import LANGUAGES
     from cells.step_06_drift import build_schedule
     from cells.step_07_tasks import generate
 
-    drifts = f"{split.name}:{which}"
     pool = drift_setting(drifts)["drift_pool"]
     found: list[Any] = []
     index = start
     while len(found) < per_set:
         if index - start >= SCAN_LIMIT_PER_CASE * per_set:
-            raise SplitPlanError(f"split {split.name!r}: too few cases of {which} ({len(found)} of {per_set}) after "
-                                 f"{index - start} seeds of the {seeds.name} range from index {start}")
+            raise SplitPlanError(f"too few cases {what} ({len(found)} of {per_set}) after {index - start} seeds of "
+                                 f"the {seeds.name} range from index {start}")
         seed, stage = seeds.seed(index), stages[(index - start) % len(stages)]
         index += 1
         goal = generate(seed=seed, stage=stage, language_weights=dict.fromkeys(LANGUAGES, 1.0))
