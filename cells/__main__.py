@@ -54,10 +54,12 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 def _cmd_control(args: argparse.Namespace) -> int:
     only = ["--train-only"] if args.train_only else []
+    if args.lora and not args.raft:
+        raise SystemExit("control: --lora goes with --raft (the SFT-only control trains every weight)")
     if args.raft:  # control (b), built on control (a)'s module
         from cells.experiments.raft import main as raft_main
 
-        return raft_main(["--run-dir", args.run_dir, *only])
+        return raft_main(["--run-dir", args.run_dir, *only, *(["--lora"] if args.lora else [])])
     from cells.experiments.control import main as control_main
 
     return control_main(["--run-dir", args.run_dir, *only])
@@ -207,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "model's own successful rollouts (cells/experiments/raft.py)")
     p_control.add_argument("--train-only", action="store_true", help="train and save the control, no evaluation: "
                            "for development comparisons with `diagnose --reach --control`")
+    p_control.add_argument("--lora", action="store_true", help="with --raft: train GRPO's LoRA at GRPO's learning rate "
+                           "instead of every weight (training/raft_lora_control)")
     p_control.set_defaults(func=_cmd_control)
     p_splits = _command(sub, "splits", "A finished CPU run's models on held-out episodes stratified by drift split: "
                                        "demonstrated, reinforced, unseen; pools, curves and model sizes from saved "

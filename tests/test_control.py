@@ -236,6 +236,20 @@ def test_raft_keeps_only_successful_episodes_and_sft_trains_on_them(tmp_path):
     assert any(not bool((a == b).all()) for a, b in zip(before, model.parameters(), strict=True))
     assert (tmp_path / "raft" / "model" / "model.safetensors").is_file()
 
+    # GRPO's LoRA instead: only the adapter moves, with the same labelled tokens; merged, the base carries it
+    from cells.step_12_model import attach_adapter
+
+    base, _, _ = build_or_load_tiny(profile.tiny, tmp_path / "tiny", profile.seed)
+    frozen = {k: v.detach().clone() for k, v in base.state_dict().items()}
+    lora = attach_adapter(base, dataclasses.replace(profile, lora_r=4, lora_alpha=8))
+    result = raft.train_round(lora, tok, profile, examples, tmp_path / "raft_lora", 1e-2, seed=0)
+    assert result.steps == 1 and result.trained_tokens == labelled and not result.full_model
+    assert (tmp_path / "raft_lora" / "adapter" / "adapter_model.safetensors").is_file()
+    merged = lora.merge_and_unload().state_dict()
+    assert set(merged) == set(frozen)
+    assert any(not bool((merged[k] == frozen[k]).all()) for k in frozen if "proj" in k)  # the adapter's update
+    assert all(bool((merged[k] == frozen[k]).all()) for k in frozen if "proj" not in k)  # nothing else moved
+
 
 def test_raft_rounds_stop_once_the_measured_budget_is_spent():
     """A round starts while at least half the last round's cost is left: within half a round of the budget."""
@@ -288,14 +302,18 @@ def test_control_flag_raft_routes_to_the_raft_control(monkeypatch, tmp_path):
     from cells.experiments import raft
 
     called = []
-    monkeypatch.setattr(raft, "run_raft", lambda run_dir, evaluate: called.append(("raft", run_dir, evaluate)))
+    monkeypatch.setattr(raft, "run_raft",
+                        lambda run_dir, evaluate, lora: called.append(("raft-lora" if lora else "raft", run_dir, evaluate)))
     monkeypatch.setattr(control, "run_control", lambda run_dir, evaluate: called.append(("sft", run_dir, evaluate)))
     assert main(["control", "--run-dir", str(tmp_path), "--raft"]) == 0
     assert main(["control", "--run-dir", str(tmp_path)]) == 0
     assert main(["control", "--run-dir", str(tmp_path), "--raft", "--train-only"]) == 0
     assert main(["control", "--run-dir", str(tmp_path), "--train-only"]) == 0
+    assert main(["control", "--run-dir", str(tmp_path), "--raft", "--lora", "--train-only"]) == 0
     assert called == [("raft", tmp_path, True), ("sft", tmp_path, True), ("raft", tmp_path, False),
-                      ("sft", tmp_path, False)]
+                      ("sft", tmp_path, False), ("raft-lora", tmp_path, False)]
+    with pytest.raises(SystemExit, match="--lora goes with --raft"):
+        main(["control", "--run-dir", str(tmp_path), "--lora"])
 
 
 def test_raft_refuses_a_run_without_grpo_metrics_or_an_evaluation(tmp_path):
@@ -330,11 +348,21 @@ def test_train_only_controls_save_their_models_and_records_without_an_evaluation
         control.run_control(run)
     ticks = itertools.count(0.0, 10.0)
     out = {**run_raft(run, round_groups=1, clock=lambda: next(ticks), evaluate=False),
-           **control.run_control(run, evaluate=False)}
+           **control.run_control(run, evaluate=False),
+           "lora": run_raft(run, round_groups=1, clock=lambda: next(ticks), evaluate=False, lora=True)["raft"]}
     assert out["raft"]["episodes"] == get_profile("cpu-smoke").num_generations and out["control"]["steps"] > 0
-    for name, key in (("raft_control", "raft"), ("sft_control", "control")):
+    for name, key in (("raft_control", "raft"), ("sft_control", "control"), ("raft_lora_control", "lora")):
         assert (control_model_path(run, name) / "model.safetensors").is_file()
         assert json.loads((run / "training" / name / "control.json").read_text()) == json.loads(json.dumps(out[key]))
+    profile = get_profile("cpu-smoke")
+    assert out["raft"]["trains"] == "every weight" and out["lora"]["learning_rate_peak"] == profile.learning_rate
+    assert out["lora"]["trains"] == {"lora_r": profile.lora_r, "lora_alpha": profile.lora_alpha}
+    # merged into one plain model file, loaded as the other controls are (no adapter keys left)
+    from safetensors import safe_open
+
+    with safe_open(str(control_model_path(run, "raft_lora_control") / "model.safetensors"), "pt") as saved:
+        names = saved.keys()  # a safetensors handle lists its tensors, it does not iterate
+        assert names and not [k for k in names if "lora" in k]
     assert not list(run.glob("eval_*")) and not list(run.glob("records_*"))
 
 

@@ -442,11 +442,14 @@ def diagnose_development(run_dir: Path, episodes: int = 300, warm_start: bool = 
     return summary
 
 
-CONTROLS = {"sft": "sft_control", "raft": "raft_control"}  # `--control` -> the control's name in the run dir
+# `--control` -> (the control's name in the run dir, the `python -m cells control` flags that train it)
+CONTROLS = {"sft": ("sft_control", ""), "raft": ("raft_control", " --raft"),
+            "raft-lora": ("raft_lora_control", " --raft --lora")}
 
 
 def control_model_path(run_dir: Path, control: str) -> Path:
-    """Where `python -m cells control` (`sft_control`) or `control --raft` (`raft_control`) saved its model."""
+    """Where `python -m cells control` (`sft_control`), `control --raft` (`raft_control`) or `control --raft --lora`
+    (`raft_lora_control`) saved its model."""
     return Path(run_dir) / "training" / control / "model"
 
 
@@ -457,7 +460,7 @@ def load_control_model(run_dir: Path, control: str) -> Any:
 
     path = control_model_path(run_dir, control)
     if not (path / "model.safetensors").is_file():
-        flag = " --raft" if control == "raft_control" else ""
+        flag = next((flags for name, flags in CONTROLS.values() if name == control), "")
         raise DiagnoseError(f"{path} is missing: run `python -m cells control{flag} --run-dir {run_dir}` first")
     return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
 
@@ -587,8 +590,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --refusals, --dev or --reach: play the run's warm start instead of the trained "
                              "model (diagnose_refusals_warm_start.json, diagnose_dev_warm_start.json, ...)")
     parser.add_argument("--control", choices=sorted(CONTROLS), default=None,
-                        help="with --reach: play the run's SFT-only or RAFT control instead of the trained model "
-                             "(diagnose_reach_sft_control.json, diagnose_reach_raft_control.json)")
+                        help="with --reach: play the run's SFT-only or RAFT control (raft-lora: RAFT on GRPO's "
+                             "LoRA) instead of the trained model (diagnose_reach_sft_control.json, "
+                             "diagnose_reach_raft_control.json, ...)")
     parser.add_argument("--split", default=None, help="with --reach: the drift split (default: the run's)")
     parser.add_argument("--samples", type=int, default=None,
                         help="with --reach: G, samples per case (default: the run's num_generations)")
@@ -613,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         print(diagnose_signal(Path(args.run_dir), args.docs))
     elif args.reach:
         reach = diagnose_reach(Path(args.run_dir), args.split, args.episodes or 60, args.samples, args.warm_start,
-                               args.temperature, args.pattern, CONTROLS.get(args.control or ""))
+                               args.temperature, args.pattern, CONTROLS[args.control][0] if args.control else None)
         print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)
                           for k, v in reach.items()}, indent=1))
     elif args.dev:

@@ -66,7 +66,7 @@ def run_models(run_dir: Path) -> tuple[Any, dict[str, tuple[Any, Any]]]:
     profile, warm, tokenizer = model_to_play(run_dir, warm_start=True)
     _, trained, trained_tok = model_to_play(run_dir, warm_start=False)
     models = {"warm_start": (warm, tokenizer), "trained": (trained, trained_tok)}
-    for name in CONTROLS.values():
+    for name, _ in CONTROLS.values():
         if (control_model_path(run_dir, name) / "model.safetensors").is_file():
             models[name] = (load_control_model(run_dir, name), tokenizer)
     return profile, models
@@ -169,7 +169,7 @@ def evaluate_split(run_dir: Path, per_set: int = 100, split_name: str | None = N
 
 
 MODEL_WORDS = {"warm_start": "warm start", "trained": "after GRPO", "sft_control": "SFT-only control",
-               "raft_control": "RAFT control"}
+               "raft_control": "RAFT control", "raft_lora_control": "RAFT on GRPO's LoRA"}
 
 
 def _pct(estimate: dict[str, Any], signed: bool = False) -> str:

@@ -44,6 +44,11 @@ round). Outputs, as control (a)'s: `training/raft_control/model` (model + tokeni
 start) and `eval_paired_grpo_vs_raft.json` (trained − RAFT). Time: GRPO's time plus one evaluation. The tally is
 also saved beside the model (`training/raft_control/control.json`); `--train-only` stops there, for development
 comparisons (`diagnose --reach --control raft`) on a run that never played its held-out evaluation.
+
+`--lora`: the same rounds on GRPO's adapter instead of every weight (a fresh LoRA of the profile's r and alpha over
+the warm start, at GRPO's learning rate, merged when saved: `training/raft_lora_control`, `--control raft-lora`).
+RAFT and GRPO otherwise differ in what trains (every weight at the SFT-derived rate vs a LoRA) as well as in their
+objective and episode count; this variant leaves only the latter two.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ from cells.experiments.control import (
 )
 
 RAFT_SEED_OFFSET = 50_000_000  # into each stage's 1e8-seed block: GRPO and the warm start use only its first ~1e5
+LORA_HELP = ("train GRPO's LoRA (the profile's r and alpha, at GRPO's learning rate) instead of every weight: "
+             "saved as training/raft_lora_control, played with `diagnose --reach --control raft-lora`")
 RAFT_ROUND_GROUPS = 8  # groups per sampling round: 64 episodes at G=8, a few seconds of sampling on 2 cores
 RUN_FILES = ("training/metrics.csv", *EVAL_FILES)
 
@@ -183,7 +190,9 @@ def cosine_lr(peak: float, spent: float, total: float) -> float:
 
 def train_round(model: Any, tokenizer: Any, profile: Any, examples: list[dict[str, Any]], out_dir: Path,
                 learning_rate: float, seed: int) -> Any:
-    """One `sft_warm_start` pass over `examples` (saved to `out_dir/model`); its `WarmStartResult`."""
+    """One `sft_warm_start` pass over `examples` (saved to `out_dir/model`, or `out_dir/adapter` for a LoRA); its
+    `WarmStartResult`. A LoRA trains with the same loss as every weight does (labelled positions only), so the two
+    variants differ in what trains, not in how the loss is computed."""
     from datasets import Dataset  # type: ignore[import-untyped]
 
     from cells.training.warm_start import sft_warm_start
@@ -191,14 +200,15 @@ def train_round(model: Any, tokenizer: Any, profile: Any, examples: list[dict[st
     dataset = Dataset.from_dict({k: [e[k] for e in examples] for k in ("input_ids", "labels", "length")})
     return sft_warm_start(model, tokenizer, dataset, out_dir, learning_rate=learning_rate,
                           batch_size=profile.sft_batch_size or profile.num_generations, seed=seed,
-                          lr_scheduler_type="constant")
+                          lr_scheduler_type="constant", labelled_loss=True)
 
 
 def raft_stage(model: Any, tokenizer: Any, profile: Any, stage: int, budget_s: float, total_s: float,
                out_dir: Path, tally: RaftTally, *, round_groups: int = RAFT_ROUND_GROUPS,
-               clock: Callable[[], float] = time.perf_counter) -> None:
+               clock: Callable[[], float] = time.perf_counter, peak_lr: float | None = None) -> None:
     """Sample-filter-train rounds on stage `stage`'s GRPO envs for `budget_s` seconds (`spend`), into `tally`.
-    `total_s` (all stages' budget) sets the learning rate's cosine."""
+    `total_s` (all stages' budget) sets the learning rate's cosine, from `peak_lr` (default `raft_peak_lr`)."""
+    peak = raft_peak_lr(profile, lora=False) if peak_lr is None else peak_lr
     from cells.progress import progress_bar
     from cells.step_10_env import stage_env_factories
 
@@ -222,7 +232,7 @@ def raft_stage(model: Any, tokenizer: Any, profile: Any, stage: int, budget_s: f
         if examples:
             bar.set_postfix_str(f"training on {len(examples)}")
             result = train_round(model, tokenizer, profile, examples, out_dir,
-                                 cosine_lr(CONTROL_LR_SHARE * profile.sft_learning_rate, tally.seconds, total_s),
+                                 cosine_lr(peak, tally.seconds, total_s),
                                  profile.seed + tally.rounds)
             tally.tokens, tally.trained_tokens = tally.tokens + result.tokens, tally.trained_tokens + result.trained_tokens
             tally.steps += result.steps
@@ -253,13 +263,24 @@ def check_run_dir(run_dir: Path, evaluate: bool = True) -> None:
 
 
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+# (the control's name in the run directory, its short tag in the paired files) for every weight / GRPO's LoRA
+RAFT_NAMES: dict[bool, tuple[str, str]] = {False: ("raft_control", "raft"), True: ("raft_lora_control", "raft_lora")}
+
+
+def raft_peak_lr(profile: Any, lora: bool) -> float:
+    """Every weight: control (a)'s peak (`CONTROL_LR_SHARE` of the SFT rate); GRPO's LoRA: GRPO's own rate, so that
+    variant differs from GRPO in its objective and data only."""
+    return profile.learning_rate if lora else CONTROL_LR_SHARE * profile.sft_learning_rate
 
 
 def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
-             clock: Callable[[], float] | None = None, evaluate: bool = True) -> dict[str, Any]:
+             clock: Callable[[], float] | None = None, evaluate: bool = True, lora: bool = False) -> dict[str, Any]:
     """Train and (unless not `evaluate`) evaluate the RAFT control in `run_dir`; returns the two paired reports, or
     only its tally under "raft". Its budget per stage is GRPO's compute there, spent on the same clock
-    (`CLOCKS[measure]`, unless `clock` is given)."""
+    (`CLOCKS[measure]`, unless `clock` is given). `lora`: train GRPO's adapter (the profile's LoRA, fresh over the
+    warm start, at GRPO's learning rate) instead of every weight, merged into the saved model
+    (`training/raft_lora_control`): whether RAFT's lead over GRPO comes from the weights it trains or from its
+    objective and episodes."""
     from cells.training.metrics import grpo_compute_seconds, grpo_episodes
     from cells.training.warm_start import load_run_warm_start
 
@@ -270,14 +291,22 @@ def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
     total = sum(budgets.values())
     clock = clock or CLOCKS[measure]
     profile, model, tokenizer = load_run_warm_start(run_dir)
-    out_dir = run_dir / "training" / "raft_control"
+    name, short = RAFT_NAMES[lora]
+    out_dir, peak = run_dir / "training" / name, raft_peak_lr(profile, lora)
+    if lora:
+        from cells.step_12_model import attach_adapter
+
+        model = attach_adapter(model, profile)
     print(f"[raft] GRPO took {total / 60:.1f} min of {measure} time (" + ", ".join(
         f"stage {s} {b / 60:.1f}" for s, b in budgets.items()) + f"): sampling G={profile.num_generations} at "
-        f"T={profile.temperature}, keeping successes, training on them")
+        f"T={profile.temperature}, keeping successes, training " + (
+            f"GRPO's LoRA (r={profile.lora_r}) on them" if lora else "every weight on them") + f", peak lr {peak:g}")
     tally = RaftTally()
     for stage, budget in budgets.items():
         raft_stage(model, tokenizer, profile, stage, budget, total, out_dir, tally, round_groups=round_groups,
-                   clock=clock)
+                   clock=clock, peak_lr=peak)
+    if lora:  # one model file, loaded like the other controls
+        model = model.merge_and_unload()
     model.save_pretrained(str(out_dir / "model"))  # also when no round kept an episode: the warm start, evaluated
     tokenizer.save_pretrained(str(out_dir / "model"))
     played = grpo_episodes(metrics, profile)
@@ -286,13 +315,15 @@ def run_raft(run_dir: Path, *, round_groups: int = RAFT_ROUND_GROUPS,
           f"in {tally.steps} steps, {tally.seconds / 60:.1f} min ({tally.sample_seconds / 60:.1f} sampling)")
     record = {"kind": "raft", "grpo_seconds": total, "grpo_measure": measure,
               "grpo_stage_seconds": {str(s): b for s, b in budgets.items()},
-              "grpo_episodes": played, "learning_rate_peak": CONTROL_LR_SHARE * profile.sft_learning_rate,
+              "grpo_episodes": played, "learning_rate_peak": peak,
+              "trains": {"lora_r": profile.lora_r, "lora_alpha": profile.lora_alpha} if lora else "every weight",
               "round_groups": round_groups, "saved_dir": str(out_dir / "model"), **tally.to_dict()}
     save_control_record(out_dir, record)
     if not evaluate:
-        print(f"[raft] saved, not evaluated: `python -m cells diagnose --reach --control raft --run-dir {run_dir}`")
+        print(f"[raft] saved, not evaluated: `python -m cells diagnose --reach --control {short.replace('_', '-')} "
+              f"--run-dir {run_dir}`")
         return {"raft": record}
-    return evaluate_and_pair(run_dir, profile, model, tokenizer, "raft_control", "raft", record, tag="raft")
+    return evaluate_and_pair(run_dir, profile, model, tokenizer, name, short, record, tag="raft")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/cpu-rl")
     parser.add_argument("--train-only", action="store_true", help=TRAIN_ONLY_HELP)
+    parser.add_argument("--lora", action="store_true", help=LORA_HELP)
     args = parser.parse_args(argv)
-    run_raft(Path(args.run_dir), evaluate=not args.train_only)
+    run_raft(Path(args.run_dir), evaluate=not args.train_only, lora=args.lora)
     return 0
