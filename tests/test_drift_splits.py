@@ -68,6 +68,15 @@ def test_no_training_pool_can_produce_a_held_out_combination_cell_or_value(limit
     assert len(generated) == (len(SPLIT.training_ids()) if limit < 0 else min(limit, len(SPLIT.training_ids())))
     if limit != 0:
         assert any(is_generated(p) for p in drawn)
+    # the warm start's item-field drills (training too): only at a (tool, list) whose combination is demonstrated,
+    # never at one a held-out cell or withheld pattern holds (their names are no family's values: test_step_15)
+    from cells.training.sft_data import item_field_drill_targets
+
+    drilled = {(tool, f"{listed}[]") for tool, listed, _ in item_field_drill_targets(demo)}
+    held = {(instance(p).tool, instance(p).field) for kind in ("a", "b") for p in SPLIT.held_out(kind)}
+    shown = {(instance(p).tool, instance(p).field) for p in demo.allowed if is_generated(p)}
+    assert drilled <= shown and not drilled & held
+    assert (limit == 0) == (not drilled)
 
 
 def test_every_hold_out_kind_keeps_instances_and_the_base_split_is_unchanged():

@@ -916,6 +916,11 @@ def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the
         generate_conversations([dataclasses.replace(item, drift_pool=demonstration_pool(drift_split("latin")))])
     profile = dataclasses.replace(get_profile("cpu-smoke"), sft_item_field_drills=0.5)
     assert [sft_plan_item(profile, 10, stage, stage - 1).item_fields for stage in (1, 2, 3)] == [5, 5, 5]
+    # a preset keeps the knob at every curve point: none where its split demonstrates no nested field
+    gen = dataclasses.replace(get_profile("cpu-gen"), sft_item_field_drills=0.5)
+    assert sft_plan_item(gen, 10, 2, 1).item_fields == 5
+    assert sft_plan_item(dataclasses.replace(gen, drift_train_instances=0), 10, 2, 1).item_fields == 0
+    assert sft_plan_item(dataclasses.replace(gen, drift_split="latin"), 10, 2, 1).item_fields == 0
     with pytest.raises(ValueError, match="sft_item_field_drills"):
         dataclasses.replace(profile, sft_item_field_drills=-0.1)
 

@@ -222,6 +222,8 @@ def _minutes(timings: Mapping[str, float] | None, reused: bool = False) -> str:
 
 def _examples_what(profile: dict[str, Any], examples: int) -> str:
     """What a warm start's `examples` were: fresh conversations and, from the profile's knobs, its drills by kind."""
+    from cells.training.sft_data import item_field_drill_share
+
     conversations = int(profile.get("sft_episodes") or examples)
     drills = examples - conversations
     if drills <= 0:
@@ -230,7 +232,9 @@ def _examples_what(profile: dict[str, Any], examples: int) -> str:
     bookings = round(conversations * float(profile.get("sft_booking_drills") or 0.0))
     year_turns = round(conversations * float(profile.get("sft_year_turn_drills") or 0.0))
     fields = round(conversations * float(profile.get("sft_field_drills") or 0.0))
-    item_fields = round(conversations * float(profile.get("sft_item_field_drills") or 0.0))
+    item_fields = round(conversations * item_field_drill_share(
+        str(profile.get("drift_split") or ""), int(profile.get("drift_train_instances", -1)),
+        float(profile.get("sft_item_field_drills") or 0.0)))
     recoveries = drills - searches - bookings - year_turns - fields - item_fields  # stages 2-3 only: the rest
     counted = ((searches, "search drills"), (bookings, "booking drills"), (year_turns, "year-turn drills"),
                (fields, "field drills"), (item_fields, "item-field drills"), (recoveries, "recovery drills"))

@@ -243,7 +243,7 @@ class Profile:
                   "in each element of a list argument (`passengers[].x`, an empty list; `sft_data."
                   "ITEM_FIELD_DRILL_NAMES`); the usual call is refused naming it (no loss on it) and resent with it in "
                   "every element, cut there: the nested required-field repair, shown only at list arguments where "
-                  "the drift split demonstrates the nested-field family (needs a generated split, or none). 0 = off")
+                  "the drift split demonstrates the nested-field family (none where it demonstrates none). 0 = off")
     sft_learning_rate: float = knob(1e-4, help="warm-start learning rate")
     sft_batch_size: int = knob(0, help="conversations per SFT optimiser step; 0 = num_generations")
     sft_lr_scheduler: str = knob("constant", help="transformers scheduler name; full warm starts decay (cosine)")

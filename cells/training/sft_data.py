@@ -389,6 +389,19 @@ def item_field_drill_targets(pool: DriftPool | None) -> tuple[tuple[str, str, tu
     return tuple((tool, listed, domains) for (tool, listed), domains in sorted(seen.items()))
 
 
+def item_field_drill_share(drift_split: str, train_instances: int, per_conversation: float) -> float:
+    """The item-field drills per conversation a profile gets: its knob (`per_conversation`), or 0 where its split
+    (`drift_split`, at `train_instances`) demonstrates no nested field (the curve's point of 0 generated instances,
+    a hand-written split), so a preset keeps the knob on at every point of its curve."""
+    from cells.step_06_drift import demonstration_pool
+    from cells.step_06_drift import drift_split as split_named
+
+    if not per_conversation or not drift_split:
+        return per_conversation
+    return per_conversation if item_field_drill_targets(demonstration_pool(split_named(drift_split),
+                                                                           train_instances)) else 0.0
+
+
 class ExpertMeetingAnItemField:
     """The expert, watched in an episode whose `target` tool requires nested field `where` (`list[].field`): it
     repairs the refusal itself (`repair.item_field`). `refused_at` is the action the vendor refused naming `where`
@@ -633,7 +646,8 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int
                            profile.seed + seed_block * SFT_STAGE_SEED_STRIDE + offset, profile.sft_search_drills,
                            profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
                            profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source,
-                           profile.sft_item_field_drills)
+                           item_field_drill_share(profile.drift_split, profile.drift_train_instances,
+                                                  profile.sft_item_field_drills))
 
 
 def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
