@@ -591,6 +591,12 @@ def test_model_sizes_order_runs_by_parameters_pair_within_seeds_and_refuse_other
     sizes = [tiny_parameters(dataclasses.replace(get_profile("cpu-gen").tiny, hidden_size=h, num_hidden_layers=n))
              for h, n in ((96, 3), (128, 4))]
     assert [p["parameters"] for p in result["points"]] == sizes and sizes[0] < sizes[1]
+    from cells.errors import DriftCallError
+    from cells.modeling.tiny import MissingTokenizerError
+
+    with pytest.raises(MissingTokenizerError, match="--write") as missing:  # a vocabulary no tokenizer is written for
+        tiny_parameters(dataclasses.replace(get_profile("cpu-gen").tiny, vocab_size=12_345))
+    assert isinstance(missing.value, DriftCallError) and isinstance(missing.value, FileNotFoundError)
     assert result["axis"] == "sizes" and result["required_points"] is None
     assert result["points"][1]["sets"]["unseen"]["vs_fewest"]["value"] == pytest.approx(0.2)  # paired, seed 2001
     text = split_curve.curve_markdown(result, "results/sizes.png")

@@ -56,6 +56,10 @@ class TokenizerBuildError(DriftCallError, RuntimeError):
     """The trained tokenizer breaks a rule the tiny model relies on (e.g. a digit pair left unmerged)."""
 
 
+class MissingTokenizerError(DriftCallError, FileNotFoundError):
+    """No versioned tokenizer is committed for a vocabulary size (the message names the command that writes one)."""
+
+
 BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
 START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, EOS, BOS, UNK, START_OF_TURN, END_OF_TURN)  # ids 0..5
@@ -292,7 +296,7 @@ def tiny_parameters(recipe: TinyModelRecipe) -> int:
 
     tokenizer = versioned_tokenizer(recipe.vocab_size)
     if tokenizer is None:
-        raise FileNotFoundError(f"no versioned tokenizer for vocab_size={recipe.vocab_size} under {TOKENIZER_DIR}: "
+        raise MissingTokenizerError(f"no versioned tokenizer for vocab_size={recipe.vocab_size} under {TOKENIZER_DIR}: "
                                 "`python -m cells.modeling.tiny --write` writes one for a preset's vocabulary")
     with torch.device("meta"):
         model = Gemma3ForCausalLM(tiny_config(recipe, tokenizer))
