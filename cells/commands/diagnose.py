@@ -44,8 +44,9 @@ RAFT's seconds per episode when its control ran; per drift pattern (the stages' 
 sampled a success and what advantage successes and failures got. Writes `diagnose_signal.md`; `--docs` also its
 block in docs/results.md. Seconds: it reads files only.
 
-`--reach [--split latin] [--episodes 60] [--samples G] [--warm-start | --control sft|raft]`: how much of a drift split's withheld sets
-sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on `--episodes` development cases of each of
+`--reach [--split latin] [--episodes 60] [--samples G] [--warm-start | --control sft|raft|raft-lora]`: how much
+of a drift split's withheld sets sampling reaches before GRPO (`cells.evaluation.splits.reachability`): on
+`--episodes` development cases of each of
 the split's reinforced and unseen sets, and of its demonstrated set for comparison (`split_cases` from
 `REACH_CASES_FROM` of the probe range), greedy success, mean sampled success and pass@G at the profile's GRPO
 temperature (G: `--samples`, default the profile's `num_generations`), in all and per pattern of each set (a set's
@@ -55,8 +56,9 @@ few patterns can range from reachable to never solved); a generated split adds i
 instance id (`gen/...`) plays cases whose goal admits it with only that drift, under the set the split places it in
 (`gen-unseen-c` for a held-out value): whether a repair shown at one name reaches another. Writes
 `diagnose_reach.json` (or `diagnose_reach_warm_start.json`, `diagnose_reach_raft_control.json`, ...; `_t<T>` with
-`--temperature`, `_<P>` with `--pattern`, a generated id's slashes as dashes). With `--control`, the run's SFT-only or RAFT control plays: a recipe
-change to GRPO is compared with the controls on the same development cases, never on the held-out ones.
+`--temperature`, `_<P>` with `--pattern`, a generated id's slashes as dashes). With `--control`, the run's SFT-only
+or RAFT control plays (`raft-lora`: RAFT on GRPO's LoRA): a recipe change to GRPO is compared with the controls on
+the same development cases, never on the held-out ones.
 """
 
 from __future__ import annotations
@@ -531,7 +533,8 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
                                "pattern": pattern}
     for which, planned in cases.items():
         summary[which] = reachability(model, tokenizer, planned, profile, g)
-        if which not in GENERATED_SETS and not (pattern and is_generated(pattern)):  # a generated set's hundreds of instances: its rows would be one case each
+        # a generated set's hundreds of instances (or one instance): its rows would be one case each, or the set
+        if which not in GENERATED_SETS and not (pattern and is_generated(pattern)):
             summary[which]["by_pattern"] = reach_by_pattern(split, which, planned, summary[which]["successes_per_case"],
                                                             g)
     out = REACH_FILES[warm_start] if control is None else f"diagnose_reach_{control}.json"

@@ -208,10 +208,10 @@ def raft_stage(model: Any, tokenizer: Any, profile: Any, stage: int, budget_s: f
                clock: Callable[[], float] = time.perf_counter, peak_lr: float | None = None) -> None:
     """Sample-filter-train rounds on stage `stage`'s GRPO envs for `budget_s` seconds (`spend`), into `tally`.
     `total_s` (all stages' budget) sets the learning rate's cosine, from `peak_lr` (default `raft_peak_lr`)."""
-    peak = raft_peak_lr(profile, lora=False) if peak_lr is None else peak_lr
     from cells.progress import progress_bar
     from cells.step_10_env import stage_env_factories
 
+    peak = raft_peak_lr(profile, lora=False) if peak_lr is None else peak_lr
     factory = stage_env_factories(profile)[stage]
     first = raft_first_seed(stage)
     t0 = clock()
