@@ -12,12 +12,15 @@ Listings are built from the goal: its own query always has an option meeting eve
 with >= ₹700 slack (cab/food: less for budgets under ₹1,400/₹2,100, but always above that
 domain's fee drift) and one over budget. ~1% of calls time out (seeded per call and retry).
 
-Reads nothing from the context; `run(ctx)` plays a search + book for a sample goal per domain and
-prints the tool table. Run alone: `python -m cells run --profile cpu-smoke --steps 5` (< 1 s).
+Reads nothing from the context; `run(ctx)` plays a search + book for a sample goal per domain, prints the tool
+table and records the tools' signatures in `<run_dir>/vendor_api.json` (`VENDOR_API_FILE`, `api_signature`): a
+run's models learnt that API, and the commands that read them back refuse another (`api_changes`). Run alone:
+`python -m cells run --profile cpu-smoke --steps 5` (< 1 s).
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from cells.vendors.dispatch import (
@@ -25,6 +28,8 @@ from cells.vendors.dispatch import (
     TOOLS,
     DrillArgumentError,
     UnknownDomainError,
+    api_changes,
+    api_signature,
     default_tool_docs,
     describe_schema,
     dispatch,
@@ -39,10 +44,13 @@ from cells.vendors.world import DEFAULT_FLAGS, FlagError, World, new_world, with
 if TYPE_CHECKING:  # pragma: no cover
     from cells.context import Context
 
+VENDOR_API_FILE = "vendor_api.json"  # in a run directory: the `api_signature` its models were trained against
+
 __all__ = [
-    "DEFAULT_FLAGS", "ERROR_TABLE", "REFERENCE_PREFIXES", "TOOLS", "TOOL_NAMES", "DrillArgumentError", "Effect",
-    "ErrorCode", "FlagError", "UnknownDomainError", "VendorError", "World", "default_tool_docs", "describe_schema",
-    "dispatch", "new_world", "references_in", "require_argument", "run", "token_for", "tool_docs", "with_flags",
+    "DEFAULT_FLAGS", "ERROR_TABLE", "REFERENCE_PREFIXES", "TOOLS", "TOOL_NAMES", "VENDOR_API_FILE", "DrillArgumentError",
+    "Effect", "ErrorCode", "FlagError", "UnknownDomainError", "VendorError", "World", "api_changes", "api_signature",
+    "default_tool_docs", "describe_schema", "dispatch", "new_world", "references_in", "require_argument", "run",
+    "token_for", "tool_docs", "with_flags",
 ]
 
 def run(ctx: Context) -> Context:
@@ -52,4 +60,7 @@ def run(ctx: Context) -> Context:
     for domain, summary in smoke():
         print(f"[vendors] {domain:<10} {summary}")
     print(f"[vendors] {len(TOOL_NAMES)} tools, {len(ErrorCode)} error codes")
+    path = ctx.run_dir / VENDOR_API_FILE
+    path.write_text(json.dumps(api_signature(), indent=1) + "\n", encoding="utf-8")
+    ctx.artifacts["vendor_api"] = path
     return ctx

@@ -463,3 +463,29 @@ def test_every_result_of_played_episodes_is_plain_json(stage):
     for result in results:
         require_json_mapping(result.response, "ToolResult", "response")  # raises on anything but plain JSON
         assert ToolResult.from_json(result.to_json()) == result
+
+
+def test_a_run_records_the_vendor_api_and_a_reader_refuses_a_run_trained_against_another(tmp_path, capsys):
+    import json
+
+    from cells.context import Context
+    from cells.step_02_profiles import get_profile
+    from cells.step_05_vendors import VENDOR_API_FILE, api_changes, api_signature, run
+    from cells.training.warm_start import VendorApiMismatchError, WarmStartError, check_run_vendor_api
+
+    run(Context(profile=get_profile("cpu-smoke"), run_dir=tmp_path))
+    recorded = json.loads((tmp_path / VENDOR_API_FILE).read_text(encoding="utf-8"))
+    assert recorded == api_signature() and api_changes(recorded) == []
+    assert recorded["airline.book"]["args"]["passengers"] == "list[object]"
+    assert recorded["airline.book"]["args"]["mfa_code"] == "str?"  # optional arguments marked
+    check_run_vendor_api(tmp_path)  # the same API: passes
+    # a run from before the airline's passengers became objects, made at a known commit
+    recorded["airline.book"]["args"]["passengers"] = "list[str]"
+    recorded["cab.estimate"]["fields"] = [*recorded["cab.estimate"]["fields"], "surge"]
+    (tmp_path / VENDOR_API_FILE).write_text(json.dumps(recorded), encoding="utf-8")
+    (tmp_path / "runtime.json").write_text(json.dumps({"git_sha": "030d05e"}), encoding="utf-8")
+    assert api_changes(recorded)[0] == "airline.book passengers: list[str] -> list[object]"
+    with pytest.raises(VendorApiMismatchError, match=r"2 change\(s\): airline\.book passengers.*030d05e") as err:
+        check_run_vendor_api(tmp_path)
+    assert isinstance(err.value, WarmStartError)
+    check_run_vendor_api(tmp_path / "older")  # a run from before the record: unchecked

@@ -212,10 +212,12 @@ def load_trained(run_dir: Path, needs: str) -> tuple[Any, Any, Any]:
     `needs` is the run file the caller reads besides them."""
     from cells.step_02_profiles import load_run_profile
     from cells.step_24_export import MISSING_EXPORT_HINT, load_export
+    from cells.training.warm_start import check_run_vendor_api
 
     for need in (needs, "export", "profile.json"):
         if not (run_dir / need).exists():
             raise DiagnoseError(f"{run_dir / need} is missing: {MISSING_EXPORT_HINT}")
+    check_run_vendor_api(run_dir)
     profile = load_run_profile(run_dir)
     model, tokenizer = load_export(run_dir / "export")
     tokenizer.padding_side = "left"

@@ -252,18 +252,45 @@ def sft_warm_start(
                            seconds, full, cpu_seconds)
 
 
+class VendorApiMismatchError(WarmStartError):
+    """A run's models were trained against another vendor API than this checkout's (step 5's `vendor_api.json`)."""
+
+
+def check_run_vendor_api(run_dir: Path) -> None:
+    """Refuse a run whose recorded vendor API (`VENDOR_API_FILE`, written by step 5) differs from this checkout's:
+    its models learnt other tool signatures, so played here they meet a different env and every figure drawn from
+    them is off. A run from before the record passes unchecked."""
+    import json
+
+    from cells.step_05_vendors import VENDOR_API_FILE, api_changes
+
+    path = Path(run_dir) / VENDOR_API_FILE
+    if not path.is_file():
+        return
+    changes = api_changes(json.loads(path.read_text(encoding="utf-8")))
+    if changes:
+        runtime = Path(run_dir) / "runtime.json"
+        sha = json.loads(runtime.read_text(encoding="utf-8")).get("git_sha") if runtime.is_file() else None
+        raise VendorApiMismatchError(
+            f"{run_dir} was trained against another vendor API than this checkout's ({len(changes)} change(s): "
+            f"{'; '.join(changes[:3])}{' ...' if len(changes) > 3 else ''}): its models would play a different "
+            f"env. Read it from the commit that made it ({sha or 'see git log'}), or train it again")
+
+
 def load_run_warm_start(run_dir: Path) -> tuple[Any, Any, Any]:
     """`(profile, model, tokenizer)`: the profile a finished CPU run used, its saved full warm start
     (`training/warm_start/model`) and its tokenizer (left padding, as rollouts need): the one saved with the
     model, else the export's (step 24), else the tiny cache's. Why in that order: the tiny tokenizer is trained on
     the project's own text and cached by its digest, so a fixture edited after the run (a drift, a phrase) builds
-    a different tokenizer, and a warm start fed other ids plays as a broken model."""
+    a different tokenizer, and a warm start fed other ids plays as a broken model. A run trained against another
+    vendor API is refused (`check_run_vendor_api`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cells.modeling.tiny import build_or_load_tiny
     from cells.step_02_profiles import load_run_profile
 
+    check_run_vendor_api(run_dir)
     profile = load_run_profile(run_dir)
     model_dir = Path(run_dir) / "training" / "warm_start" / "model"
     if not profile.warm_start_full or not (model_dir / "model.safetensors").is_file():

@@ -118,6 +118,28 @@ def require_argument(world: World, tool_name: str, name: str, kind: str) -> Worl
     return dataclasses.replace(world, extra_required=(*world.extra_required, (tool_name, name, kind)))
 
 
+def api_signature() -> dict[str, dict[str, Any]]:
+    """Every tool's arguments (`{name: type}`, "?" after an optional one's type) and response fields at the default
+    flags: the API a model trained on this checkout learnt to call (a run records it: step 5's `VENDOR_API_FILE`)."""
+    return {name: {"args": {a.name: a.type + ("" if a.required else "?") for a in tool.args(DEFAULT_FLAGS[tool.domain])},
+                   "fields": list(tool.fields(DEFAULT_FLAGS[tool.domain]))}
+            for name, tool in sorted(TOOLS.items())}
+
+
+def api_changes(recorded: dict[str, dict[str, Any]]) -> list[str]:
+    """What differs between a recorded `api_signature()` and this checkout's, one line per tool, argument or field
+    (`airline.book passengers: list[str] -> list[object]`); empty when they are the same."""
+    now = api_signature()
+    out = [f"{t}: {'gone' if t not in now else 'new'}" for t in sorted(set(recorded) ^ set(now))]
+    for tool in sorted(set(recorded) & set(now)):
+        was, is_ = recorded[tool].get("args", {}), now[tool]["args"]
+        out += [f"{tool} {a}: {was.get(a, 'absent')} -> {is_.get(a, 'absent')}" for a in sorted(set(was) | set(is_))
+                if was.get(a) != is_.get(a)]
+        if list(recorded[tool].get("fields", [])) != now[tool]["fields"]:
+            out.append(f"{tool} response fields: {recorded[tool].get('fields')} -> {now[tool]['fields']}")
+    return out
+
+
 def _check_domain(domain: str) -> None:
     if domain not in DOMAINS:
         raise UnknownDomainError(f"no vendor for domain {domain!r}; allowed: {list(DOMAINS)}")
