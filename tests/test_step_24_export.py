@@ -188,7 +188,7 @@ def test_diagnose_refusals_plays_the_export_on_drifted_cases_clear_of_the_probes
     one = diagnose_reach(tmp_path, "latin", episodes=1, samples=2, pattern="cab_city_required")
     assert set(one) == {"model", "split", "pattern", "reinforced"} and list(one["reinforced"]["by_pattern"]) == [
         "cab_city_required"] and (tmp_path / "diagnose_reach_cab_city_required.json").is_file()
-    with pytest.raises(DiagnoseError, match="not in the drift catalogue"):
+    with pytest.raises(DiagnoseError, match=r"neither in the drift catalogue .* nor a generated instance"):
         diagnose_reach(tmp_path, "latin", episodes=1, pattern="no_such_drift")
     hot = diagnose_reach(tmp_path, "latin", episodes=1, samples=2, temperature=1.5)
     assert hot["reinforced"]["temperature"] == 1.5 and (tmp_path / "diagnose_reach_t1.5.json").is_file()
