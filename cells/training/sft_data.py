@@ -33,13 +33,13 @@
     (`field_drill_domains`), so a drift split's withheld patterns stay unseen in the demonstrations.
   - item-field drills (`item_field_drills`): the same repair one level down. The goal's booking or order call
     must carry a field in each element of a list argument (`passengers[].loyalty_ids`, an empty list, named from
-    `ITEM_FIELD_DRILL_NAMES`, none of them a drift family's value), set through the same drill control; the
-    expert's call is refused naming `list[].field` (no loss on it) and resent with the field in every element
-    (`ExpertMeetingAnItemField`), cut there, kept only if the vendor took the repair. Only at list arguments
-    where the drift split demonstrates the family's nested field (`item_field_drill_targets`): the airline's
-    `passengers` under `latin-gen`, never the restaurant's withheld `items`. Why: the family is drawn in ~1.7%
-    of drifted demonstrations, too few for the warm start to learn the repair where it is shown
-    (docs/experiments/2026-12-07-nested-site-raft-1241.md).
+    `ITEM_FIELD_DRILL_NAMES`: 480 composed names, none sharing a word with a drift family's value), set through
+    the same drill control; the expert's call is refused naming `list[].field` (no loss on it) and resent with
+    the field in every element (`ExpertMeetingAnItemField`), cut there, kept only if the vendor took the
+    repair. Only at list arguments where the drift split demonstrates the family's nested field
+    (`item_field_drill_targets`): the airline's `passengers` under `latin-gen`, never the restaurant's withheld
+    `items`. Why: the family is drawn in ~1.7% of drifted demonstrations, too few for the warm start to learn the
+    repair where it is shown (docs/experiments/2026-12-07-nested-site-raft-1241.md).
 - `tokenize_conversation(tokenizer, messages)`: token ids and labels by incremental chat-template rendering
   (`cells.agent.chat.render_segments`), the way the GRPO rollout sees an episode. Environment/user text gets
   label -100; an assistant turn's tokens are trained up to and including the first stop token
@@ -365,12 +365,20 @@ def field_drill(env: Any, seed: int, domains: Sequence[str]) -> Messages | None:
     return behind_time_line(env, messages)
 
 
-# The nested fields an item-field drill may require: names no drift family declares anywhere (a test checks), so a
-# drill never shows a family's instance, least of all a held-out value; many, so the repair is read off the error.
-ITEM_FIELD_DRILL_NAMES = ("loyalty_ids", "baggage_tags", "document_ids", "contact_numbers", "insurance_codes",
-                          "visa_refs", "allergy_notes", "upgrade_codes", "travel_docs", "service_codes",
-                          "emergency_contacts", "voucher_ids", "companion_ids", "priority_tags", "gift_codes",
-                          "delivery_notes")
+# The nested fields an item-field drill may require: a head word and a kind word, `loyalty_ids`. Many (480), so no
+# name can be memorised and the repair has to be copied out of the error: with 16 fixed names the warm start learnt
+# to add a demonstrated name and wrote a garbled key for any other (docs/experiments/2026-12-07-item-field-drills.md).
+# No word of any drift family's value is among them (a test checks), so a drill shows no family instance, and
+# no word of a held-out value, even inside another name.
+ITEM_FIELD_DRILL_HEADS = ("loyalty", "baggage", "document", "insurance", "visa", "allergy", "upgrade", "voucher",
+                          "companion", "priority", "gift", "emergency", "lounge", "wheelchair", "infant", "pet",
+                          "frequent", "sports", "medical", "dietary", "language", "nationality", "passport",
+                          "birth", "gender", "title", "consent", "marketing", "referral", "coupon", "blanket",
+                          "pillow", "window", "aisle", "boarding", "transfer", "luggage", "family", "student",
+                          "senior")
+ITEM_FIELD_DRILL_KINDS = ("ids", "tags", "notes", "flags", "labels", "details", "options", "remarks", "entries",
+                          "docs", "info", "lists")
+ITEM_FIELD_DRILL_NAMES = tuple(f"{head}_{kind}" for head in ITEM_FIELD_DRILL_HEADS for kind in ITEM_FIELD_DRILL_KINDS)
 ITEM_FIELD_DRILL_SEEDS_PER = 20  # seeds scanned per item-field drill at most (~7 needed: airline goals only)
 
 
@@ -445,6 +453,7 @@ def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tupl
     from cells.agent.play import conversation
     from cells.step_04_datatypes import GOAL_WRITE_TOOLS, stable_int
     from cells.step_07_tasks import generate
+    from cells.vendors.generic import ITEM_SEP
 
     goal = generate(seed=seed, stage=env.stage, language_weights=env.language_weights)
     mine = [(tool, listed) for tool, listed, domains in targets
@@ -453,7 +462,7 @@ def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tupl
         return None
     tool, listed = mine[stable_int(seed, "item field drill") % len(mine)]
     name = ITEM_FIELD_DRILL_NAMES[stable_int(seed, "item field drill name") % len(ITEM_FIELD_DRILL_NAMES)]
-    where = f"{listed}[].{name}"
+    where = f"{listed}{ITEM_SEP}{name}"
     policy = ExpertMeetingAnItemField(tool, where)
     messages = conversation(env, policy, seed, stop_after=lambda _: policy.repaired,
                             after_reset=lambda running: running.require_argument(tool, where, "list[str]"))
