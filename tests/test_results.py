@@ -526,3 +526,63 @@ def test_the_glance_says_in_words_what_the_headline_runs_grpo_column_shows(cell,
     row = ["[`cpu-learn`](docs/results.md)", "0.0%", "90.0%", "90.0%", "—", "100.0%", cell, "34.0 min"]
     assert words in results._headline_sentence(["cpu-learn", "cpu-smoke"], [row])
     assert results._headline_sentence(["cpu-smoke"], [row]) == ""  # no headline run, no sentence
+
+
+class _MisnamingTheField:
+    """The expert, except that the call it resends after a refusal naming a missing field carries the field under
+    a garbled key (`sur`), as the tiny warm start writes a name it never saw."""
+
+    name = "misnaming"
+
+    def __init__(self) -> None:
+        from cells.step_11_agent import ExpertPolicy
+
+        self.expert = ExpertPolicy()
+        self.named: tuple[str, str] | None = None  # (tool, field_name) of the last refusal naming a field
+
+    def reset(self, observation, goal=None) -> None:
+        self.expert.reset(observation, goal)
+        self.named = None
+
+    def act(self, observation, history=None) -> str:
+        from cells.actions import parse_action
+        from cells.agent.policies.base import tool_args
+
+        text = self.expert.act(observation, history)
+        result = observation.last_result
+        if result is not None and result.response.get("error_code") == "MISSING_REQUIRED_FIELD":
+            self.named = (result.tool_name, str(result.response["field_name"]))
+        action = parse_action(text)
+        if self.named is None or action.tool_name != self.named[0]:
+            return text
+        listed, nested, field = self.named[1].partition("[].")
+        if not nested:
+            return tool_args(action.tool_name, {("sur" if k == listed else k): v for k, v in action.tool_args.items()})
+        items = [{("sur" if k == field else k): v for k, v in item.items()} for item in action.tool_args[listed]]
+        return tool_args(action.tool_name, {**action.tool_args, listed: items})
+
+
+@pytest.mark.parametrize("pattern", ["gen/required_item_field/airline/passenger_list/meal_preferences",
+                                     "gen/required_argument/airline/from/origin"])
+def test_named_field_summary_tells_a_copied_name_from_a_garbled_one_and_an_unchanged_retry(pattern):
+    """`diagnose --reach` counts, after a refusal naming a missing field (nested or top level), whether the next call
+    carries that name: the expert copies it, a player writing another key is caught with the key it wrote, the
+    naive player's identical retry adds nothing."""
+    from cells.agent.play import play_episode
+    from cells.commands.diagnose import REACH_CASES_FROM, named_field_summary
+    from cells.evaluation.runner import env_for_case
+    from cells.evaluation.splits import split_cases
+    from cells.step_02_profiles import PROBE_SEEDS
+    from cells.step_06_drift import drift_split
+    from cells.step_11_agent import ExpertPolicy, NaivePolicy
+
+    (_, cases), = split_cases(drift_split("latin-gen"), 6, PROBE_SEEDS, start=REACH_CASES_FROM, pattern=pattern).items()
+
+    def summary(policy):
+        return named_field_summary(play_episode(env_for_case(c), policy(), c.seed)[0] for c in cases)
+
+    expert, garbled, naive = summary(ExpertPolicy), summary(_MisnamingTheField), summary(NaivePolicy)
+    assert expert["refused"] == expert["resent"] == expert["copied"] >= 4 and expert["written_instead"] == {}
+    assert garbled["refused"] == garbled["resent"] == expert["refused"] and garbled["copied"] == 0
+    assert garbled["written_instead"] == {"sur": garbled["refused"]}
+    assert naive["refused"] >= 4 and naive["copied"] == 0 and naive["written_instead"] == {}

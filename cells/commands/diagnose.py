@@ -54,7 +54,10 @@ few patterns can range from reachable to never solved); a generated split adds i
 (`gen-unseen-a`, `-b`, `-c`, `--episodes` cases each, in all only). The split defaults to the run's `drift_split`.
 `--pattern P` plays only cases whose schedule holds pattern P (a rare one is missed by a small plan); a generated
 instance id (`gen/...`) plays cases whose goal admits it with only that drift, under the set the split places it in
-(`gen-unseen-c` for a held-out value): whether a repair shown at one name reaches another. Writes
+(`gen-unseen-c` for a held-out value): whether a repair shown at one name reaches another. Each set also counts,
+over its greedy episodes, the first refusal naming a missing field and whether the next call to that tool carries
+the name exactly (`named_field_summary`: `refused`, `resent`, `copied`, and the keys `written_instead`): a wrong
+name tells a copy that failed from an error ignored. Writes
 `diagnose_reach.json` (or `diagnose_reach_warm_start.json`, `diagnose_reach_raft_control.json`, ...; `_t<T>` with
 `--temperature`, `_<P>` with `--pattern`, a generated id's slashes as dashes). With `--control`, the run's SFT-only
 or RAFT control plays (`raft-lora`: RAFT on GRPO's LoRA): a recipe change to GRPO is compared with the controls on
@@ -383,6 +386,49 @@ def refusal_summary(episodes: Iterable[Any]) -> dict[str, Any]:
             "booked": sum(r["booked"] for r in rows), "by_code": by_code}
 
 
+def named_field_repair(episode: Any) -> dict[str, Any] | None:
+    """The episode's first refusal naming a missing field (`MISSING_REQUIRED_FIELD`, top level or nested
+    `list[].field`): the name, whether the refused tool was called again, whether that call carries the name
+    exactly (nested: in every element of the list), and the keys it added instead when it does not. None when no
+    vendor named a missing field. Why: a wrong repair tells copying the name from acting on the error apart."""
+    from cells.rewards.text_match import actions_by_turn, next_call_to
+    from cells.vendors.error_codes import ErrorCode
+    from cells.vendors.generic import ITEM_SEP
+
+    refusal = next((r for r in episode.results
+                    if r.response.get("error_code") == ErrorCode.MISSING_REQUIRED_FIELD.value), None)
+    if refusal is None:
+        return None
+    named = str(refusal.response.get("field_name", ""))
+    after = next_call_to(episode, refusal.tool_name, refusal.turn)
+    if after is None:
+        return {"field": named, "resent": False, "copied": False, "instead": []}
+    refused = actions_by_turn(episode).get(refusal.turn)
+    listed, nested, field = named.partition(ITEM_SEP)
+    field = field if nested else named
+
+    def keys(args: dict[str, Any]) -> list[set[str]]:  # the key sets the named field belongs in
+        if not nested:
+            return [set(args)]
+        items = args.get(listed)
+        return [set(e) if isinstance(e, dict) else set() for e in items] if isinstance(items, list) else []
+
+    resent = keys(after[1].tool_args)
+    before = set().union(*keys(refused.tool_args)) if refused is not None else set()
+    copied = bool(resent) and all(field in k for k in resent)
+    instead = [] if copied else sorted(set().union(*resent) - before)
+    return {"field": named, "resent": True, "copied": copied, "instead": instead}
+
+
+def named_field_summary(episodes: Iterable[Any]) -> dict[str, Any]:
+    """`named_field_repair` over finished `Episode`s: refusals naming a field, those resent, those whose resent
+    call carries the name exactly, and the keys most often written instead."""
+    rows = [row for episode in episodes if (row := named_field_repair(episode)) is not None]
+    instead = Counter(key for row in rows for key in row["instead"])
+    return {"refused": len(rows), "resent": sum(r["resent"] for r in rows), "copied": sum(r["copied"] for r in rows),
+            "written_instead": dict(instead.most_common(5))}
+
+
 REFUSALS_FILES = {False: "diagnose_refusals.json", True: "diagnose_refusals_warm_start.json"}  # by `warm_start`
 
 
@@ -534,7 +580,7 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     summary: dict[str, Any] = {"model": control or ("warm start" if warm_start else "trained"), "split": name,
                                "pattern": pattern}
     for which, planned in cases.items():
-        summary[which] = reachability(model, tokenizer, planned, profile, g)
+        summary[which] = reachability(model, tokenizer, planned, profile, g, greedy_counts=named_field_summary)
         # a generated set's hundreds of instances (or one instance): its rows would be one case each, or the set
         if which not in GENERATED_SETS and not (pattern and is_generated(pattern)):
             summary[which]["by_pattern"] = reach_by_pattern(split, which, planned, summary[which]["successes_per_case"],

@@ -23,7 +23,7 @@ how often sampling reaches a success on each set (pass@G).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cells.errors import DriftCallError
@@ -169,9 +169,11 @@ def reach_by_pattern(split: Any, which: str, cases: Sequence[Any], per_case: Seq
                 "by_group_size": group_size_table(ks, samples)} for p, ks in sorted(groups.items())}
 
 
-def reachability(model: Any, tokenizer: Any, cases: Sequence[Any], profile: Any, samples: int) -> dict[str, Any]:
+def reachability(model: Any, tokenizer: Any, cases: Sequence[Any], profile: Any, samples: int,
+                 greedy_counts: Callable[[Sequence[Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Greedy success, mean sampled success and pass@`samples` over `cases` (sampled at the profile's GRPO
-    temperature and top-p); per case, how many samples succeeded."""
+    temperature and top-p); per case, how many samples succeeded; with `greedy_counts`, what it says of the greedy
+    episodes under `"greedy_counts"`."""
     import dataclasses
 
     from cells.agent.rollout import GenerationSpec, rollout_batch
@@ -181,13 +183,16 @@ def reachability(model: Any, tokenizer: Any, cases: Sequence[Any], profile: Any,
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
 
+    def played(spec: Any) -> Sequence[Any]:
+        return rollout_batch([env_for_case(c, profile.turn_budgets) for c in cases], [c.seed for c in cases],
+                             model=model, tokenizer=tokenizer, generation=spec).episodes
+
     def successes(spec: Any) -> list[bool]:
-        result = rollout_batch([env_for_case(c, profile.turn_budgets) for c in cases], [c.seed for c in cases],
-                               model=model, tokenizer=tokenizer, generation=spec)
-        return [rewards_of(ep).r_task >= 1 for ep in result.episodes]
+        return [rewards_of(ep).r_task >= 1 for ep in played(spec)]
 
     sampled_spec = GenerationSpec.for_profile(profile, greedy=False)
-    greedy = successes(dataclasses.replace(sampled_spec, greedy=True))
+    greedy_episodes = played(dataclasses.replace(sampled_spec, greedy=True))
+    greedy = [rewards_of(ep).r_task >= 1 for ep in greedy_episodes]
     per_case = [0] * len(cases)
     for _ in range(samples):
         for i, ok in enumerate(successes(sampled_spec)):
@@ -198,7 +203,8 @@ def reachability(model: Any, tokenizer: Any, cases: Sequence[Any], profile: Any,
             "sampled_success": round(sum(per_case) / (n * samples), 4),
             f"pass_at_{samples}": round(sum(k > 0 for k in per_case) / n, 4),
             "by_group_size": group_size_table(per_case, samples),
-            "successes_per_case": per_case}
+            "successes_per_case": per_case,
+            **({"greedy_counts": greedy_counts(greedy_episodes)} if greedy_counts is not None else {})}
 
 
 def group_size_table(per_case: Sequence[int], samples: int) -> dict[str, dict[str, float]]:
