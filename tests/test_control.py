@@ -443,7 +443,7 @@ def test_diagnose_reach_plays_a_control_on_the_same_development_cases(tmp_path):
     one = diagnose_reach(run, "latin-gen", episodes=2, samples=1, warm_start=True, pattern=held)
     assert list(one)[3:] == ["gen-unseen-c"] and one["pattern"] == held and "by_pattern" not in one["gen-unseen-c"]
     named = one["gen-unseen-c"]["greedy_counts"]  # what the greedy play did after the vendor named the field
-    assert set(named) == {"refused", "resent", "copied", "written_instead"}
+    assert set(named) == {"refused", "unparsable", "unparsable_naming_it", "resent", "copied", "written_instead"}
     assert named["copied"] <= named["resent"] <= named["refused"] <= 2
     saved = run / "diagnose_reach_warm_start_gen-required_item_field-airline-passenger_list-assistance_needs.json"
     assert json.loads(saved.read_text(encoding="utf-8")) == one

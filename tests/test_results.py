@@ -530,9 +530,11 @@ def test_the_glance_says_in_words_what_the_headline_runs_grpo_column_shows(cell,
 
 class _MisnamingTheField:
     """The expert, except that the call it resends after a refusal naming a missing field carries the field under
-    a garbled key (`sur`), as the tiny warm start writes a name it never saw."""
+    a garbled key (`sur`), as the tiny warm start writes a name it never saw; or, `cut`, the right call cut short
+    (it names the field but does not parse)."""
 
     name = "misnaming"
+    cut = False
 
     def __init__(self) -> None:
         from cells.step_11_agent import ExpertPolicy
@@ -555,6 +557,8 @@ class _MisnamingTheField:
         action = parse_action(text)
         if self.named is None or action.tool_name != self.named[0]:
             return text
+        if self.cut:
+            return text[:-3]
         listed, nested, field = self.named[1].partition("[].")
         if not nested:
             return tool_args(action.tool_name, {("sur" if k == listed else k): v for k, v in action.tool_args.items()})
@@ -581,8 +585,13 @@ def test_named_field_summary_tells_a_copied_name_from_a_garbled_one_and_an_uncha
     def summary(policy):
         return named_field_summary(play_episode(env_for_case(c), policy(), c.seed)[0] for c in cases)
 
+    cut = type("CuttingTheCall", (_MisnamingTheField,), {"cut": True})
     expert, garbled, naive = summary(ExpertPolicy), summary(_MisnamingTheField), summary(NaivePolicy)
     assert expert["refused"] == expert["resent"] == expert["copied"] >= 4 and expert["written_instead"] == {}
+    assert expert["unparsable"] == garbled["unparsable"] == naive["unparsable"] == 0
     assert garbled["refused"] == garbled["resent"] == expert["refused"] and garbled["copied"] == 0
     assert garbled["written_instead"] == {"sur": garbled["refused"]}
     assert naive["refused"] >= 4 and naive["copied"] == 0 and naive["written_instead"] == {}
+    broken = summary(cut)  # the name written, the call unparsable: never resent, so not copied
+    assert broken["refused"] == broken["unparsable"] == broken["unparsable_naming_it"] == expert["refused"]
+    assert broken["resent"] == broken["copied"] == 0

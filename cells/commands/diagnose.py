@@ -56,8 +56,8 @@ few patterns can range from reachable to never solved); a generated split adds i
 instance id (`gen/...`) plays cases whose goal admits it with only that drift, under the set the split places it in
 (`gen-unseen-c` for a held-out value): whether a repair shown at one name reaches another. Each set also counts,
 over its greedy episodes, the first refusal naming a missing field and whether the next call to that tool carries
-the name exactly (`named_field_summary`: `refused`, `resent`, `copied`, and the keys `written_instead`): a wrong
-name tells a copy that failed from an error ignored. Writes
+the name exactly (`named_field_summary`: `refused`, `unparsable` next actions, `resent`, `copied`, the keys
+`written_instead`): a wrong name tells a copy that failed from an error ignored. Writes
 `diagnose_reach.json` (or `diagnose_reach_warm_start.json`, `diagnose_reach_raft_control.json`, ...; `_t<T>` with
 `--temperature`, `_<P>` with `--pattern`, a generated id's slashes as dashes). With `--control`, the run's SFT-only
 or RAFT control plays (`raft-lora`: RAFT on GRPO's LoRA): a recipe change to GRPO is compared with the controls on
@@ -388,9 +388,10 @@ def refusal_summary(episodes: Iterable[Any]) -> dict[str, Any]:
 
 def named_field_repair(episode: Any) -> dict[str, Any] | None:
     """The episode's first refusal naming a missing field (`MISSING_REQUIRED_FIELD`, top level or nested
-    `list[].field`): the name, whether the refused tool was called again, whether that call carries the name
-    exactly (nested: in every element of the list), and the keys it added instead when it does not. None when no
-    vendor named a missing field. Why: a wrong repair tells copying the name from acting on the error apart."""
+    `list[].field`): the name; whether the next action failed to parse (`unparsable`, and whether its text holds
+    the name all the same); whether the refused tool was called again, whether that call carries the name exactly
+    (nested: in every element of the list), and the keys it added instead when it does not. None when no vendor
+    named a missing field. Why: a wrong repair tells copying the name from acting on the error apart."""
     from cells.rewards.text_match import actions_by_turn, next_call_to
     from cells.vendors.error_codes import ErrorCode
     from cells.vendors.generic import ITEM_SEP
@@ -400,12 +401,16 @@ def named_field_repair(episode: Any) -> dict[str, Any] | None:
     if refusal is None:
         return None
     named = str(refusal.response.get("field_name", ""))
-    after = next_call_to(episode, refusal.tool_name, refusal.turn)
-    if after is None:
-        return {"field": named, "resent": False, "copied": False, "instead": []}
-    refused = actions_by_turn(episode).get(refusal.turn)
     listed, nested, field = named.partition(ITEM_SEP)
     field = field if nested else named
+    following = next((a for a in episode.actions if a.turn > refusal.turn), None)
+    unparsable = following is not None and following.action is None
+    row = {"field": named, "unparsable": unparsable,
+           "unparsable_naming_it": unparsable and f'"{field}"' in (following.raw_text or ""),
+           "resent": False, "copied": False, "instead": []}
+    after = next_call_to(episode, refusal.tool_name, refusal.turn)
+    if after is None:
+        return row
 
     def keys(args: dict[str, Any]) -> list[set[str]]:  # the key sets the named field belongs in
         if not nested:
@@ -413,19 +418,22 @@ def named_field_repair(episode: Any) -> dict[str, Any] | None:
         items = args.get(listed)
         return [set(e) if isinstance(e, dict) else set() for e in items] if isinstance(items, list) else []
 
+    refused = actions_by_turn(episode).get(refusal.turn)
     resent = keys(after[1].tool_args)
     before = set().union(*keys(refused.tool_args)) if refused is not None else set()
     copied = bool(resent) and all(field in k for k in resent)
-    instead = [] if copied else sorted(set().union(*resent) - before)
-    return {"field": named, "resent": True, "copied": copied, "instead": instead}
+    return {**row, "resent": True, "copied": copied, "instead": [] if copied else sorted(set().union(*resent) - before)}
 
 
 def named_field_summary(episodes: Iterable[Any]) -> dict[str, Any]:
-    """`named_field_repair` over finished `Episode`s: refusals naming a field, those resent, those whose resent
-    call carries the name exactly, and the keys most often written instead."""
+    """`named_field_repair` over finished `Episode`s: refusals naming a field, those whose next action did not parse
+    (and of those, how many wrote the name), those resent, those whose resent call carries the name exactly, and
+    the keys most often written instead."""
     rows = [row for episode in episodes if (row := named_field_repair(episode)) is not None]
     instead = Counter(key for row in rows for key in row["instead"])
-    return {"refused": len(rows), "resent": sum(r["resent"] for r in rows), "copied": sum(r["copied"] for r in rows),
+    return {"refused": len(rows), "unparsable": sum(r["unparsable"] for r in rows),
+            "unparsable_naming_it": sum(r["unparsable_naming_it"] for r in rows),
+            "resent": sum(r["resent"] for r in rows), "copied": sum(r["copied"] for r in rows),
             "written_instead": dict(instead.most_common(5))}
 
 
