@@ -880,7 +880,9 @@ def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the
         NO_LOSS_KEY,
         EpisodePlanItem,
         WarmStartError,
+        family_value_words,
         generate_conversations,
+        invented_field_name,
         item_field_drill_targets,
         sft_plan_item,
     )
@@ -927,6 +929,21 @@ def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the
     assert sft_plan_item(dataclasses.replace(gen, drift_split="latin"), 10, 2, 1).item_fields == 0
     with pytest.raises(ValueError, match="sft_item_field_drills"):
         dataclasses.replace(profile, sft_item_field_drills=-0.1)
+    # invented names: a new made-up name per drill, no word of any family value, the same from the same seed
+    invented = generate_conversations([dataclasses.replace(item, item_field_names="invented")])
+    invented_drills = [m for m in invented if m not in plain]
+    fields = {json.loads(d[-2]["content"].removeprefix("[tool_result] "))["field_name"].partition("[].")[2]
+              for d in invented_drills}
+    assert len(invented_drills) == 12 and len(fields) == 12 and not fields & set(ITEM_FIELD_DRILL_NAMES)
+    assert not {w for f in fields for w in f.split("_")} & family_words
+    assert family_value_words() == family_words - {""}
+    clash = invented_field_name(7, frozenset()).split("_")[0]  # a word to avoid is never drawn
+    assert clash not in invented_field_name(7, frozenset({clash})).split("_")
+    assert invented == generate_conversations([dataclasses.replace(item, item_field_names="invented")])
+    assert sft_plan_item(dataclasses.replace(gen, sft_item_field_drill_names="invented"), 10, 2, 1).item_field_names \
+        == "invented"
+    with pytest.raises(ValueError, match="sft_item_field_drill_names"):
+        dataclasses.replace(profile, sft_item_field_drill_names="random")
 
 
 def test_an_assistant_turn_marked_no_loss_is_context_only():

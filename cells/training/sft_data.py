@@ -122,6 +122,7 @@ class EpisodePlanItem:
     field_drills: float = 0.0
     drift_source: str = "handwritten"  # which drifts the expert's episodes meet (step 2's DRIFT_SOURCES)
     item_field_drills: float = 0.0
+    item_field_names: str = "composed"  # where item-field drills' names come from (`item_field_drill_name`)
 
     @property
     def drills(self) -> int:
@@ -379,6 +380,57 @@ ITEM_FIELD_DRILL_HEADS = ("loyalty", "baggage", "document", "insurance", "visa",
 ITEM_FIELD_DRILL_KINDS = ("ids", "tags", "notes", "flags", "labels", "details", "options", "remarks", "entries",
                           "docs", "info", "lists")
 ITEM_FIELD_DRILL_NAMES = tuple(f"{head}_{kind}" for head in ITEM_FIELD_DRILL_HEADS for kind in ITEM_FIELD_DRILL_KINDS)
+# `invented` names: two made-up words of consonant-vowel syllables (`tavoru_mekis`), one per seed, so (unlike the
+# 480 composed names, which the warm start learnt to write but never copied: a name of new words got 0 of 16)
+# nothing about the name can be learnt but copying it out of the error.
+SYLLABLE_ONSETS, SYLLABLE_VOWELS, SYLLABLE_CODAS = "bdfghjklmnprstvz", "aeiou", ("", "", "", "n", "s", "r")
+INVENTED_WORD_SYLLABLES = (2, 3)
+
+
+def family_value_words() -> frozenset[str]:
+    """Every lower-case word of every drift family instance's values: what no drill name may contain."""
+    import re
+
+    from cells.drift.families import all_instances
+
+    return frozenset(w for inst in all_instances() for v in inst.values.values()
+                     for w in re.split(r"[^a-z]+", str(v).lower()) if w)
+
+
+def invented_field_name(seed: int, avoid: frozenset[str]) -> str:
+    """A made-up `word_word` field name from `seed` (deterministic), neither word in `avoid`."""
+    from cells.step_04_datatypes import stable_int
+
+    words: list[str] = []
+    salt = 0
+    while len(words) < 2:
+        pick = stable_int(seed, "invented field name", salt)
+        salt += 1
+        n = INVENTED_WORD_SYLLABLES[pick % len(INVENTED_WORD_SYLLABLES)]
+        pick //= len(INVENTED_WORD_SYLLABLES)
+        word = ""
+        for _ in range(n):
+            for letters in (SYLLABLE_ONSETS, SYLLABLE_VOWELS):
+                word += letters[pick % len(letters)]
+                pick //= len(letters)
+        word += SYLLABLE_CODAS[pick % len(SYLLABLE_CODAS)]
+        if word not in avoid and word not in words:
+            words.append(word)
+    return "_".join(words)
+
+
+def item_field_drill_name(seed: int, source: str) -> str:
+    """The nested field an item-field drill on `seed` requires: one of `ITEM_FIELD_DRILL_NAMES` (`composed`) or an
+    `invented_field_name` (`invented`), the profile's `sft_item_field_drill_names`."""
+    from cells.step_04_datatypes import stable_int
+
+    if source == "composed":
+        return ITEM_FIELD_DRILL_NAMES[stable_int(seed, "item field drill name") % len(ITEM_FIELD_DRILL_NAMES)]
+    if source == "invented":
+        return invented_field_name(seed, family_value_words())
+    raise WarmStartError(f"unknown item-field drill name source {source!r}: composed or invented")
+
+
 ITEM_FIELD_DRILL_SEEDS_PER = 20  # seeds scanned per item-field drill at most (~7 needed: airline goals only)
 
 
@@ -444,9 +496,10 @@ class ExpertMeetingAnItemField:
         return text
 
 
-def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tuple[str, ...]]]) -> Messages | None:
+def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tuple[str, ...]]],
+                     names: str = "composed") -> Messages | None:
     """The expert's episode on `seed` in which its booking or order call must carry a nested field it never sends
-    (one of `targets` that applies to the goal, a name of `ITEM_FIELD_DRILL_NAMES`; the seed picks both), up to its
+    (one of `targets` that applies to the goal, a name from `names`, `item_field_drill_name`; the seed picks both), up to its
     repaired call, behind a system prompt of only the caller's time; the refused call is marked `NO_LOSS_KEY`.
     None when no target applies to the goal, the call never came or was not refused naming the field (a timeout
     first), or the vendor refused the repair too."""
@@ -461,7 +514,7 @@ def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tupl
     if not mine:
         return None
     tool, listed = mine[stable_int(seed, "item field drill") % len(mine)]
-    name = ITEM_FIELD_DRILL_NAMES[stable_int(seed, "item field drill name") % len(ITEM_FIELD_DRILL_NAMES)]
+    name = item_field_drill_name(seed, names)
     where = f"{listed}{ITEM_SEP}{name}"
     policy = ExpertMeetingAnItemField(tool, where)
     messages = conversation(env, policy, seed, stop_after=lambda _: policy.repaired,
@@ -504,7 +557,8 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
         raise WarmStartError("item_field_drills > 0 but the drift split demonstrates no nested required field "
                              "(no `required_item_field` instance in its demonstration pool): set it to 0")
     item_fields = collect_expert(item.item_fields, item.seed + ITEM_FIELD_SEED_OFFSET,
-                                 lambda seed: item_field_drill(env, seed, targets), what="item-field drills",
+                                 lambda seed: item_field_drill(env, seed, targets, item.item_field_names),
+                                 what="item-field drills",
                                  on_found=bar.update, seeds_per_result=ITEM_FIELD_DRILL_SEEDS_PER)
     groups = (convs, drills, bookings, recoveries, year_turns, fields, item_fields)
     keyed = [((i + 0.5) / len(group), m) for group in groups for i, m in enumerate(group)]
@@ -656,7 +710,8 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int
                            profile.turn_budget(stage), recovery, profile.sft_year_turn_drills,
                            profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source,
                            item_field_drill_share(profile.drift_split, profile.drift_train_instances,
-                                                  profile.sft_item_field_drills))
+                                                  profile.sft_item_field_drills),
+                           profile.sft_item_field_drill_names)
 
 
 def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
