@@ -421,7 +421,20 @@ def test_diagnose_reach_plays_a_control_on_the_same_development_cases(tmp_path):
     the warm start play (the recipe is compared with its controls there, not on held-out seeds)."""
     import shutil
 
-    from cells.commands.diagnose import DiagnoseError, diagnose_reach, main
+    from cells.commands.diagnose import (
+        REACH_CASES_FROM,
+        DiagnoseError,
+        diagnose_field_names,
+        diagnose_reach,
+        field_name_cases,
+        main,
+    )
+    from cells.evaluation.splits import split_cases
+    from cells.step_02_profiles import PROBE_SEEDS
+    from cells.step_06_drift import drift_split
+
+    raft_cases = [c for cases in split_cases(drift_split("latin"), 20, PROBE_SEEDS, start=REACH_CASES_FROM).values()
+                  for c in cases]
 
     run, _ = _finished_run(tmp_path)
     with pytest.raises(DiagnoseError, match="control --raft --run-dir"):
@@ -449,7 +462,18 @@ def test_diagnose_reach_plays_a_control_on_the_same_development_cases(tmp_path):
     assert json.loads(saved.read_text(encoding="utf-8")) == one
     with pytest.raises(DiagnoseError, match="nor a generated instance"):
         diagnose_reach(run, "latin-gen", episodes=1, samples=1, warm_start=True, pattern="gen/no_such_family/x/y/z")
+    # --field-names: the same undrifted airline bookings per name, each passenger required to carry it
+    names = diagnose_field_names(run, ["loyalty_ids", "tavoru_mekis"], episodes=2, control="raft_control")
+    assert names["cases"] == 2 and list(names["names"]) == ["loyalty_ids", "tavoru_mekis"]
+    for row in names["names"].values():
+        assert row["refused"] <= 2 and row["copied"] <= row["resent"] <= row["refused"] and 0 <= row["success"] <= 1
+    assert json.loads((run / "diagnose_field_names_raft_control.json").read_text(encoding="utf-8")) == names
+    assert {c.seed for c in field_name_cases(3)}.isdisjoint(c.seed for c in raft_cases)
+    with pytest.raises(DiagnoseError, match="field names such as"):
+        diagnose_field_names(run, ["passengers[].x"], episodes=1, warm_start=True)
     with pytest.raises(DiagnoseError, match="control --run-dir"):
         diagnose_reach(run, "latin", episodes=1, samples=1, control="sft_control")
     with pytest.raises(SystemExit):
         main(["--run-dir", str(run), "--reach", "--control", "raft", "--warm-start"])
+    with pytest.raises(SystemExit):  # --pattern picks --reach's cases; --field-names has its own
+        main(["--run-dir", str(run), "--field-names", "loyalty_ids", "--pattern", "cab_city_required"])

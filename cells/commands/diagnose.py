@@ -62,14 +62,22 @@ the name exactly (`named_field_summary`: `refused`, `unparsable` next actions, `
 `--temperature`, `_<P>` with `--pattern`, a generated id's slashes as dashes). With `--control`, the run's SFT-only
 or RAFT control plays (`raft-lora`: RAFT on GRPO's LoRA): a recipe change to GRPO is compared with the controls on
 the same development cases, never on the held-out ones.
+
+`--field-names NAME... [--episodes 16] [--warm-start | --control ...]`: whether the model copies a nested field
+name out of the vendor's error (issue 60's copy question) or only writes names it was trained on. On `--episodes`
+undrifted development airline bookings (`field_name_cases`, from `FIELD_NAME_CASES_FROM` of the probe range), each
+passenger must carry NAME (the env's drill control, so no doc names it); per name, greedy play's
+`named_field_summary` and success. Names the warm start's item-field drills used against names of new words
+separate copying from memorising. Writes `diagnose_field_names.json` (`_warm_start`, `_<control>`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -602,6 +610,73 @@ def diagnose_reach(run_dir: Path, split_name: str | None = None, episodes: int =
     return summary
 
 
+FIELD_NAME_CASES_FROM = 5_000_000  # probe-range index where `--field-names` scans for airline goals, clear of the rest
+FIELD_NAME_SCAN = 40  # probe cases scanned per airline goal wanted at most (about one goal in four is an airline's)
+FIELD_NAME_LIST = ("airline.book", "passengers")  # the list argument whose every element must carry the name
+FIELD_NAMES_FILES = {False: "diagnose_field_names.json", True: "diagnose_field_names_warm_start.json"}
+FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # a field name the vendors could require
+
+
+def field_name_cases(n: int) -> tuple[Any, ...]:
+    """The first `n` stage-1 (undrifted) development cases from `FIELD_NAME_CASES_FROM` whose goal books a flight."""
+    from cells.evaluation.runner import probe_cases
+    from cells.step_07_tasks import generate
+
+    found = [c for c in probe_cases(n * FIELD_NAME_SCAN, start=FIELD_NAME_CASES_FROM, stages=(1,))
+             if generate(seed=c.seed, stage=1, language_weights={c.language: 1.0}).domain == "airline"]
+    if len(found) < n:
+        raise DiagnoseError(f"only {len(found)} airline goals in {n * FIELD_NAME_SCAN} development cases: ask fewer")
+    return tuple(found[:n])
+
+
+def field_name_copies(model: Any, tokenizer: Any, profile: Any, cases: Sequence[Any], name: str) -> dict[str, Any]:
+    """Greedy play of `cases` with every `FIELD_NAME_LIST` element required to carry `name` (the env's drill
+    control, no drift, no doc naming it): `named_field_summary` of the episodes, and their success."""
+    from cells.agent.rollout import GenerationSpec, rollout_batch
+    from cells.evaluation.runner import env_for_case
+    from cells.step_08_rewards import rewards_of
+    from cells.vendors.generic import ITEM_SEP
+
+    tool, listed = FIELD_NAME_LIST
+    envs = [env_for_case(c, profile.turn_budgets) for c in cases]
+    for env in envs:  # `rollout_batch` resets each env itself: the drill control goes in right after that reset
+        reset = env.reset
+
+        def reset_requiring(*args: Any, _reset: Any = reset, _env: Any = env, **kwargs: Any) -> Any:
+            observation = _reset(*args, **kwargs)
+            _env.require_argument(tool, f"{listed}{ITEM_SEP}{name}", "list[str]")
+            return observation
+
+        env.reset = reset_requiring
+    episodes = rollout_batch(envs, [c.seed for c in cases], model=model, tokenizer=tokenizer,
+                             generation=GenerationSpec.for_profile(profile, greedy=True)).episodes
+    success = sum(rewards_of(ep).r_task >= 1 for ep in episodes) / max(1, len(episodes))
+    return {**named_field_summary(episodes), "success": round(success, 4)}
+
+
+def diagnose_field_names(run_dir: Path, names: Sequence[str], episodes: int = 16, warm_start: bool = False,
+                         control: str | None = None) -> dict[str, Any]:
+    """Whether the run's model copies a nested field name out of the vendor's error: per name in `names`,
+    `field_name_copies` on the same `field_name_cases(episodes)`; write and return `FIELD_NAMES_FILES[warm_start]`
+    (`diagnose_field_names_<control>.json` for a control). Names the warm start's drills used against new ones
+    tell copying from a memorised name."""
+    if episodes < 1:
+        raise DiagnoseError(f"--episodes must be >= 1, got {episodes}")
+    bad = [n for n in names if not FIELD_NAME.fullmatch(n)]
+    if not names or bad:
+        raise DiagnoseError(f"--field-names takes field names such as loyalty_ids (lower case, digits, _): got {bad}")
+    run_dir = Path(run_dir)
+    profile, model, tokenizer = model_to_play(run_dir, warm_start, control)
+    cases = field_name_cases(episodes)
+    summary: dict[str, Any] = {"model": control or ("warm start" if warm_start else "trained"), "cases": len(cases),
+                               "list": ".".join(FIELD_NAME_LIST), "names": {}}
+    for name in names:
+        summary["names"][name] = field_name_copies(model, tokenizer, profile, cases, name)
+    out = FIELD_NAMES_FILES[warm_start] if control is None else f"diagnose_field_names_{control}.json"
+    (run_dir / out).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
 SIGNAL_FILE = "diagnose_signal.md"
 
 
@@ -640,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="where GRPO's gradient and seconds went, per stage, and per drift pattern the successes "
                             "its groups sampled and their advantage (diagnose_signal.md; with --docs also into "
                             "docs/results.md)")
+    which.add_argument("--field-names", nargs="+", metavar="NAME", default=None,
+                       help="whether the model copies each nested field NAME out of the vendor's error: development "
+                            "airline bookings whose passengers must each carry it (diagnose_field_names.json)")
     which.add_argument("--reach", action="store_true",
                        help="greedy success, sampled success and pass@G per pattern set of a drift split, on "
                             "development cases (diagnose_reach.json)")
@@ -649,8 +727,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --refusals, --dev or --reach: play the run's warm start instead of the trained "
                              "model (diagnose_refusals_warm_start.json, diagnose_dev_warm_start.json, ...)")
     parser.add_argument("--control", choices=sorted(CONTROLS), default=None,
-                        help="with --reach: play the run's SFT-only or RAFT control (raft-lora: RAFT on GRPO's "
-                             "LoRA) instead of the trained model (diagnose_reach_sft_control.json, "
+                        help="with --reach or --field-names: play the run's SFT-only or RAFT control (raft-lora: "
+                             "RAFT on GRPO's LoRA) instead of the trained model (diagnose_reach_sft_control.json, "
                              "diagnose_reach_raft_control.json, ...)")
     parser.add_argument("--split", default=None, help="with --reach: the drift split (default: the run's)")
     parser.add_argument("--samples", type=int, default=None,
@@ -663,11 +741,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --reach: only development cases whose schedule holds this drift pattern id; "
                              "a generated instance id (gen/...): cases whose goal admits it, played with only it")
     args = parser.parse_args(argv)
-    if args.warm_start and not (args.refusals or args.dev or args.reach):
-        parser.error("--warm-start goes with --refusals, --dev or --reach (the default diagnosis already plays the "
-                     "warm start)")
-    if (args.split or args.samples or args.temperature or args.pattern or args.control) and not args.reach:
-        parser.error("--split, --samples, --temperature, --pattern and --control go with --reach")
+    if args.warm_start and not (args.refusals or args.dev or args.reach or args.field_names):
+        parser.error("--warm-start goes with --refusals, --dev, --reach or --field-names (the default diagnosis "
+                     "already plays the warm start)")
+    if (args.split or args.samples or args.temperature or args.pattern) and not args.reach:
+        parser.error("--split, --samples, --temperature and --pattern go with --reach")
+    if args.control and not (args.reach or args.field_names):
+        parser.error("--control goes with --reach or --field-names")
     if args.control and args.warm_start:
         parser.error("--control and --warm-start each name the model to play: give one")
     if args.docs and not args.signal:
@@ -679,6 +759,10 @@ def main(argv: list[str] | None = None) -> int:
                                args.temperature, args.pattern, CONTROLS[args.control][0] if args.control else None)
         print(json.dumps({k: ({m: n for m, n in v.items() if m != "successes_per_case"} if isinstance(v, dict) else v)
                           for k, v in reach.items()}, indent=1))
+    elif args.field_names:
+        print(json.dumps(diagnose_field_names(Path(args.run_dir), args.field_names, args.episodes or 16,
+                                              args.warm_start, CONTROLS[args.control][0] if args.control else None),
+                         indent=1))
     elif args.dev:
         summary = diagnose_development(Path(args.run_dir), args.episodes or 300, args.warm_start)
         print(json.dumps({k: v for k, v in summary.items() if k != "episodes"}, indent=1, ensure_ascii=False))
