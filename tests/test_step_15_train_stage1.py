@@ -888,7 +888,7 @@ def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the
     )
 
     # no drill name shares a word with any family's value: a drill never shows a drift instance, nor a held-out
-    # value's word inside another name; and too many names to memorise, so the repair is copied from the error
+    # value's word inside another name
     family_words = {w for inst in all_instances() for v in inst.values.values()
                     for w in re.split(r"[^a-z]+", str(v).lower())}
     drill_words = {w for name in ITEM_FIELD_DRILL_NAMES for w in name.split("_")}

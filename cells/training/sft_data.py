@@ -63,6 +63,7 @@ How each drill kind was chosen, with the runs and figures: docs/experiments/ (20
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -366,11 +367,11 @@ def field_drill(env: Any, seed: int, domains: Sequence[str]) -> Messages | None:
     return behind_time_line(env, messages)
 
 
-# The nested fields an item-field drill may require: a head word and a kind word, `loyalty_ids`. Many (480), so no
-# name can be memorised and the repair has to be copied out of the error: with 16 fixed names the warm start learnt
-# to add a demonstrated name and wrote a garbled key for any other (docs/experiments/2026-12-07-item-field-drills.md).
-# No word of any drift family's value is among them (a test checks), so a drill shows no family instance, and
-# no word of a held-out value, even inside another name.
+# The nested fields an item-field drill may require (`composed`): a head word and a kind word, `loyalty_ids`, 480.
+# No word of any drift family's value is among them (a test checks), so a drill shows no family instance, and no
+# word of a held-out value even inside another name. Chosen many in the hope that the repair would be copied out of
+# the error; measured, the warm start learns them as 480 names and copies none it did not see
+# (docs/experiments/2026-12-07-copying-field-names.md).
 ITEM_FIELD_DRILL_HEADS = ("loyalty", "baggage", "document", "insurance", "visa", "allergy", "upgrade", "voucher",
                           "companion", "priority", "gift", "emergency", "lounge", "wheelchair", "infant", "pet",
                           "frequent", "sports", "medical", "dietary", "language", "nationality", "passport",
@@ -380,13 +381,14 @@ ITEM_FIELD_DRILL_HEADS = ("loyalty", "baggage", "document", "insurance", "visa",
 ITEM_FIELD_DRILL_KINDS = ("ids", "tags", "notes", "flags", "labels", "details", "options", "remarks", "entries",
                           "docs", "info", "lists")
 ITEM_FIELD_DRILL_NAMES = tuple(f"{head}_{kind}" for head in ITEM_FIELD_DRILL_HEADS for kind in ITEM_FIELD_DRILL_KINDS)
-# `invented` names: two made-up words of consonant-vowel syllables (`tavoru_mekis`), one per seed, so (unlike the
-# 480 composed names, which the warm start learnt to write but never copied: a name of new words got 0 of 16)
-# nothing about the name can be learnt but copying it out of the error.
+# `invented` names: two made-up words of consonant-vowel syllables (`tavoru_mekis`), one per seed, so nothing about
+# the name can be learnt but copying it out of the error (the composed names' warm start wrote 0 of 16 names of
+# new words).
 SYLLABLE_ONSETS, SYLLABLE_VOWELS, SYLLABLE_CODAS = "bdfghjklmnprstvz", "aeiou", ("", "", "", "n", "s", "r")
 INVENTED_WORD_SYLLABLES = (2, 3)
 
 
+@functools.cache
 def family_value_words() -> frozenset[str]:
     """Every lower-case word of every drift family instance's values: what no drill name may contain."""
     import re
