@@ -64,9 +64,9 @@ or RAFT control plays (`raft-lora`: RAFT on GRPO's LoRA): a recipe change to GRP
 the same development cases, never on the held-out ones.
 
 `--field-names NAME... [--episodes 16] [--warm-start | --control ...]`: whether the model copies a nested field
-name out of the vendor's error (issue 60's copy question) or only writes names it was trained on. On `--episodes`
-undrifted development airline bookings (`field_name_cases`, from `FIELD_NAME_CASES_FROM` of the probe range), each
-passenger must carry NAME (the env's drill control, so no doc names it); per name, greedy play's
+name out of the vendor's error or only writes names it was trained on (unseen schema drift needs the copy). On
+`--episodes` undrifted development airline bookings (`field_name_cases`, from `FIELD_NAME_CASES_FROM` of the probe
+range), each passenger must carry NAME (the env's drill control, so no doc names it); per name, greedy play's
 `named_field_summary` and success. Names the warm start's item-field drills used against names of new words
 separate copying from memorising. Writes `diagnose_field_names.json` (`_warm_start`, `_<control>`).
 """
