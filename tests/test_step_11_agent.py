@@ -330,3 +330,35 @@ def test_inverse_cdf_sampling_follows_the_distribution_never_draws_zeros_and_ign
     beside = categorical_by_inverse_cdf(probs[[1, 0]], [torch.Generator().manual_seed(9),
                                                        torch.Generator().manual_seed(1)])
     assert int(alone[0]) == int(beside[1]) == int(draws[0, 0])
+
+
+def test_rollout_batch_runs_after_reset_on_each_started_episode_before_its_first_action():
+    """`rollout_batch(after_reset=...)` sets a drill control on every env once its episode has started, as
+    `conversation(after_reset=...)` does for one: a token call without the required argument is then refused
+    naming it."""
+    import json
+
+    from cells.agent.rollout import rollout_batch
+    from cells.step_10_env import DriftCallEnv
+
+    started = []
+
+    def require_a_nonce(env):
+        started.append(env.goal.seed)
+        env.require_argument("payment.get_token", "nonce", "str")
+
+    class TokenThenAbort:
+        def act(self, obs, history):
+            if obs.last_result is None:
+                return json.dumps({"action": "tool_call", "tool": "payment.get_token",
+                                   "args": {"scope": "payments.basic"}})
+            return json.dumps({"action": "abort", "message": "sorry"})
+
+    seeds = [11, 12]
+    drilled = rollout_batch([DriftCallEnv(1) for _ in seeds], seeds, policy=TokenThenAbort(), after_reset=require_a_nonce)
+    plain = rollout_batch([DriftCallEnv(1) for _ in seeds], seeds, policy=TokenThenAbort())
+    assert started == seeds
+    for episode in drilled.episodes:
+        first = episode.results[0].response
+        assert (first["error_code"], first["field_name"]) == ("MISSING_REQUIRED_FIELD", "nonce")
+    assert all("error_code" not in episode.results[0].response for episode in plain.episodes)

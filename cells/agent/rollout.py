@@ -139,10 +139,13 @@ def _generate(model: Any, pieces: ChatPieces, batch: list[list[int]], max_new: l
 
 
 def _start(envs: Sequence[Any], seeds: Sequence[int], pieces: ChatPieces | None,
-           system_prompt_fn: Callable[[Any, Any], str], goal_fn: Callable[[Any, Any], Any]) -> list[EpisodeRun]:
+           system_prompt_fn: Callable[[Any, Any], str], goal_fn: Callable[[Any, Any], Any],
+           after_reset: Callable[[Any], None] | None = None) -> list[EpisodeRun]:
     runs = []
     for env, seed in zip(envs, seeds, strict=True):
         obs = env.reset(seed=seed)
+        if after_reset is not None:
+            after_reset(env)
         goal = goal_fn(env, obs)
         messages = [{"role": "system", "content": system_prompt_fn(env, obs)},
                     {"role": "user", "content": str(getattr(goal, "seed_utterance", ""))}]
@@ -163,6 +166,7 @@ def rollout_batch(
     render_observation: Callable[[Any], str] = default_render_observation,
     generation: GenerationSpec = DEFAULT_GENERATION,
     sample_seeds: Sequence[int] | None = None,
+    after_reset: Callable[[Any], None] | None = None,
     **overrides: Any,
 ) -> RolloutResult:
     """Run `len(envs)` episodes with `policy` or `model` (one of them) until all are done: a scripted policy in
@@ -173,6 +177,8 @@ def rollout_batch(
     when its completion would exceed `max_episode_tokens` or after `max_turns` turns; envs that support it are then
     ended with `env.truncate()` (DriftCallEnv: a timeout). `sample_seeds` (one per env): sampled episodes draw
     from their own generators, so an episode's tokens do not depend on the batch it was played in.
+    `after_reset(env)` runs once each episode has started, before its first action (a drill control, as in
+    `cells.agent.play.conversation`).
     """
     spec = generation.with_overrides(**overrides)
     if (policy is None) == (model is None):
@@ -183,7 +189,7 @@ def rollout_batch(
         raise ValueError(f"sample_seeds has {len(sample_seeds)} entries for {len(envs)} envs")
     pieces = ChatPieces(tokenizer) if tokenizer is not None else None
     t0 = time.perf_counter()
-    runs = _start(envs, seeds, pieces, system_prompt_fn, goal_fn)
+    runs = _start(envs, seeds, pieces, system_prompt_fn, goal_fn, after_reset)
     for run, sample_seed in zip(runs, sample_seeds or (), strict=False):
         run.sample_seed = int(sample_seed)
     with adapters_merged(model):  # a LoRA policy plays merged on the CPU: same function, fewer operations

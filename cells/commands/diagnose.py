@@ -638,18 +638,10 @@ def field_name_copies(model: Any, tokenizer: Any, profile: Any, cases: Sequence[
     from cells.vendors.generic import ITEM_SEP
 
     tool, listed = FIELD_NAME_LIST
-    envs = [env_for_case(c, profile.turn_budgets) for c in cases]
-    for env in envs:  # `rollout_batch` resets each env itself: the drill control goes in right after that reset
-        reset = env.reset
-
-        def reset_requiring(*args: Any, _reset: Any = reset, _env: Any = env, **kwargs: Any) -> Any:
-            observation = _reset(*args, **kwargs)
-            _env.require_argument(tool, f"{listed}{ITEM_SEP}{name}", "list[str]")
-            return observation
-
-        env.reset = reset_requiring
-    episodes = rollout_batch(envs, [c.seed for c in cases], model=model, tokenizer=tokenizer,
-                             generation=GenerationSpec.for_profile(profile, greedy=True)).episodes
+    episodes = rollout_batch([env_for_case(c, profile.turn_budgets) for c in cases], [c.seed for c in cases],
+                             model=model, tokenizer=tokenizer, generation=GenerationSpec.for_profile(profile, greedy=True),
+                             after_reset=lambda env: env.require_argument(tool, f"{listed}{ITEM_SEP}{name}",
+                                                                          "list[str]")).episodes
     success = sum(rewards_of(ep).r_task >= 1 for ep in episodes) / max(1, len(episodes))
     return {**named_field_summary(episodes), "success": round(success, 4)}
 
