@@ -84,6 +84,7 @@ def build_grpo_config(
         "top_p": profile.top_p,
         "beta": BETA_KL if profile.grpo_reference else 0.0,  # 0: TRL skips the reference model's pass
         "epsilon_high": profile.grpo_clip_high,
+        "num_iterations": profile.grpo_iterations,
         "scale_rewards": profile.grpo_scale_rewards,
         "max_steps": max(1, profile.steps_per_stage[stage - 1]),
         "logging_steps": 1,

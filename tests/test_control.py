@@ -284,6 +284,10 @@ def test_raft_matches_grpos_compute_per_stage_and_counts_its_episodes(tmp_path):
     assert grpo_episodes(tmp_path / "m.csv", profile) == (4 * 2 + 3) * 8  # resampled groups are played too
     rows = read_metrics_csv(tmp_path / "m.csv")  # rows already read count as the file does
     assert (grpo_episodes(rows, profile), grpo_compute_seconds(rows)) == (88, ({1: 2.0, 2: 10.0, 3: 8.0}, "cpu"))
+    # with grpo_iterations = 2 every other step reuses its batch and logs no episodes: the logged counts are summed
+    reused = [{**row, "extra": {**row["extra"], **({"episodes/played": 24.0} if i % 2 == 0 else {})}}
+              for i, row in enumerate(rows)]
+    assert grpo_episodes(reused, profile) == 2 * 24
     assert cosine_lr(1.0, 0.0, 10.0) == 1.0 and cosine_lr(1.0, 5.0, 10.0) == pytest.approx(0.5)
     assert cosine_lr(1.0, 12.0, 10.0) == pytest.approx(0.0)
 

@@ -230,7 +230,7 @@ def test_the_run_dir_scopes_and_the_reports_skipped_knobs_come_from_the_declarat
         "adaptive_kl", "adaptive_kl_target", "adaptive_kl_beta_max", "steps_per_stage", "grpo_failure_candidates",
         "grpo_reinforced_share", "grpo_resample_rounds", "grpo_resample_on",
         "grpo_scale_rewards", "grpo_advantage_on", "grpo_success_advantage", "grpo_keep", "grpo_step_advantage", "grpo_reference",
-        "grpo_clip_high"}
+        "grpo_clip_high", "grpo_iterations"}
     assert ADAPTER_KNOBS == knobs_in_scope("adapter") == {
         "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "lora_modules_to_save"}
     assert sorted(SKIPPED_KNOBS) == ["language_weights"]

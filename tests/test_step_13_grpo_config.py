@@ -45,6 +45,14 @@ def test_without_a_reference_beta_is_0_and_the_upper_clip_is_the_profiles(tmp_pa
         dataclasses.replace(prof, grpo_clip_high=-0.1)
 
 
+def test_grpo_iterations_become_trls_num_iterations_and_must_be_at_least_one(tmp_path):
+    prof = get_profile("cpu-smoke")
+    assert prof.grpo_iterations == 1 and s13.build_grpo_config(prof, 2, tmp_path).num_iterations == 1
+    assert s13.build_grpo_config(dataclasses.replace(prof, grpo_iterations=3), 2, tmp_path).num_iterations == 3
+    with pytest.raises(ValueError, match="grpo_iterations must be >= 1"):
+        dataclasses.replace(prof, grpo_iterations=0)
+
+
 def test_overrides_win_and_bad_stage_raises(tmp_path):
     prof = get_profile("cpu-smoke")
     cfg = s13.build_grpo_config(prof, 1, tmp_path, max_steps=7, beta=0.0)

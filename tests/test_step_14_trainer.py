@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import math
 import os
 import types
@@ -566,6 +567,30 @@ def test_step_with_identical_rewards_leaves_adapter_unchanged(tiny_cache, tmp_pa
     after = lora_state(trainer.model)
     assert all(torch.equal(before[n], after[n]) for n in before)
     assert trainer.state.log_history[0]["frac_reward_zero_std"] == 1.0
+
+
+def test_with_two_iterations_one_generated_batch_pays_for_two_clipped_updates(tiny_cache, tmp_path):
+    from transformers import TrainerCallback
+
+    counter = [0]
+    trainer = make_trainer(tiny_cache, tmp_path, lambda: FixedRewardEnv([1.0, 0.0, 0.5, 0.0], counter), steps=4,
+                           config={"num_iterations": 2})
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(first_generation_batch(trainer))
+    assert "old_per_token_logps" in batch  # the second update's ratio is against the policy that played
+    counter[0] = 0
+    states = [lora_state(trainer.model)]
+
+    class _EachStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            states.append(lora_state(trainer.model))
+
+    trainer.add_callback(_EachStep())
+    trainer.train()
+    assert trainer.state.global_step == 4 and len(states) == 5
+    assert counter[0] == 2 * 4  # two generated batches of G = 4 episodes for four optimiser steps
+    for before, after in itertools.pairwise(states):  # the reused batch moves the adapter again
+        assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
 def test_callback_changes_the_beta_the_loss_uses(tiny_cache, tmp_path):

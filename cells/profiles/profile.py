@@ -189,6 +189,12 @@ class Profile:
     grpo_clip_high: float = knob(
         0.2, scope="grpo", help="the upper clip of the policy ratio (TRL's `epsilon_high`; DAPO's clip-higher "
                                 "raises it above the lower 0.2 so rare good tokens can grow faster)")
+    # GRPO's paper (Shao et al. 2024, arXiv 2402.03300) takes mu optimiser steps per generated batch; on 2 CPU cores
+    # a rollout costs several update passes, so reusing it buys updates more cheaply than playing new episodes.
+    grpo_iterations: int = knob(
+        1, scope="grpo", help="optimiser steps on each generated batch (TRL's `num_iterations`, GRPO's mu): above 1 "
+                              "the old policy's log-probs are computed once per batch and the clipped ratio binds; "
+                              "`steps_per_stage` counts optimiser steps, so a stage plays 1/mu the episodes")
     save_every: int = knob(1, scope="run", help="adapter checkpoint every N GRPO steps (resume point)")
     # --- warm start (step 15) ---
     warm_start_full: bool = knob(
@@ -341,6 +347,9 @@ class Profile:
         for name in ("grpo_success_advantage", "grpo_step_advantage", "grpo_clip_high", "sft_extend_share"):
             if getattr(self, name) < 0:
                 raise ProfileError(f"profile {self.name!r}: {name} must be >= 0, got {getattr(self, name)}")
+        if self.grpo_iterations < 1:
+            raise ProfileError(f"profile {self.name!r}: grpo_iterations must be >= 1 (optimiser steps per generated "
+                               f"batch), got {self.grpo_iterations}")
         if self.drift_train_instances < -1:
             raise ProfileError(f"profile {self.name!r}: drift_train_instances must be >= -1 (-1: all), got "
                                f"{self.drift_train_instances}")

@@ -120,9 +120,15 @@ def grpo_compute_seconds(metrics: MetricsSource) -> tuple[dict[int, float], str]
 
 
 def grpo_episodes(metrics: MetricsSource, profile: Any) -> int:
-    """Environment episodes GRPO played: prompts_per_step groups of G per step, plus resampled groups of G."""
+    """Environment episodes GRPO played: the logged `episodes/played` of the steps that generated a batch (with
+    `grpo_iterations` > 1 the others reuse it and log none); in a run logged before that metric, prompts_per_step
+    groups of G per step, plus resampled groups of G."""
+    rows = _metric_rows(metrics)
+    logged = [(row.get("extra") or {}).get("episodes/played") for row in rows]
+    if any(n is not None for n in logged):
+        return int(sum(float(n) for n in logged if n is not None))
     groups = sum(profile.prompts_per_step + int(float((row.get("extra") or {}).get("groups/resampled") or 0))
-                 for row in _metric_rows(metrics))
+                 for row in rows)
     return groups * profile.num_generations
 
 
