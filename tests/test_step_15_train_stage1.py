@@ -880,11 +880,13 @@ def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the
         NO_LOSS_KEY,
         EpisodePlanItem,
         WarmStartError,
+        drill_name_words,
         family_value_words,
         generate_conversations,
         invented_field_name,
         item_field_drill_targets,
         sft_plan_item,
+        word_field_name,
     )
 
     # no drill name shares a word with any family's value: a drill never shows a drift instance, nor a held-out
@@ -944,6 +946,16 @@ def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the
         == "invented"
     with pytest.raises(ValueError, match="sft_item_field_drill_names"):
         dataclasses.replace(profile, sft_item_field_drill_names="random")
+    # words: two distinct words of the project's text per drill, none a family value's word, the same from the seed
+    worded = generate_conversations([dataclasses.replace(item, item_field_names="words")])
+    worded_fields = [json.loads(d[-2]["content"].removeprefix("[tool_result] "))["field_name"].partition("[].")[2]
+                     for d in worded if d not in plain]
+    words = drill_name_words()
+    assert len(worded_fields) == 12 and len(set(worded_fields)) == 12 and len(words) >= 500
+    assert all(a in words and b in words and a != b for a, b in (f.split("_") for f in worded_fields))
+    assert not set(words) & family_words and {"evening", "option"} <= set(words)
+    assert worded == generate_conversations([dataclasses.replace(item, item_field_names="words")])
+    assert word_field_name(3, ("ab", "cd")) in {"ab_cd", "cd_ab"}
 
 
 def test_an_assistant_turn_marked_no_loss_is_context_only():

@@ -251,10 +251,11 @@ class Profile:
                   "every element, cut there: the nested required-field repair, shown only at list arguments where "
                   "the drift split demonstrates the nested-field family (none where it demonstrates none). 0 = off")
     sft_item_field_drill_names: str = knob(
-        "composed", choices=("composed", "invented"),
+        "composed", choices=("composed", "invented", "words"),
         help="the item-field drills' names: `composed`, 480 names of a head and a kind word (`wheelchair_remarks`); "
              "`invented`, two made-up words per drill (`tavoru_mekis`), so only copying the name from the error "
-             "repairs the call")
+             "repairs the call; `words`, two words of the project's own text per drill (`evening_selection`), so "
+             "the copy meets the token pieces the model's JSON is made of")
     sft_learning_rate: float = knob(1e-4, help="warm-start learning rate")
     sft_batch_size: int = knob(0, help="conversations per SFT optimiser step; 0 = num_generations")
     sft_lr_scheduler: str = knob("constant", help="transformers scheduler name; full warm starts decay (cosine)")

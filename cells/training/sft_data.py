@@ -33,7 +33,8 @@
     (`field_drill_domains`), so a drift split's withheld patterns stay unseen in the demonstrations.
   - item-field drills (`item_field_drills`): the same repair one level down. The goal's booking or order call
     must carry a field in each element of a list argument (`passengers[].loyalty_ids`, an empty list, named from
-    `ITEM_FIELD_DRILL_NAMES`: 480 composed names, none sharing a word with a drift family's value), set through
+    `ITEM_FIELD_DRILL_NAMES`: 480 composed names, or a made-up or two-word name per drill, the knob
+    `sft_item_field_drill_names`; none sharing a word with a drift family's value), set through
     the same drill control; the expert's call is refused naming `list[].field` (no loss on it) and resent with
     the field in every element (`ExpertMeetingAnItemField`), cut there, kept only if the vendor took the
     repair. Only at list arguments where the drift split demonstrates the family's nested field
@@ -421,16 +422,49 @@ def invented_field_name(seed: int, avoid: frozenset[str]) -> str:
     return "_".join(words)
 
 
+# `words` names: two words of the project's own text per drill (`evening_selection`). The invented names' warm start
+# copied new names made of the token pieces its drill names had shown and no name holding a piece they never had
+# (`_id`, `option`, `request`: pieces the JSON it writes is full of); words of the text the tokenizer learnt from
+# carry those pieces (docs/experiments/2026-12-07-copying-field-names.md).
+DRILL_WORD_LETTERS = (2, 12)
+
+
+@functools.cache
+def drill_name_words() -> tuple[str, ...]:
+    """The words a `words` drill name is drawn from, sorted: every lower-case ASCII word of `DRILL_WORD_LETTERS`
+    letters in the fixtures' strings (`cells.modeling.tiny.fixture_strings`, the text the tiny tokenizer is trained
+    on besides transcripts), less every word of a drift family's value (`family_value_words`)."""
+    import re
+
+    from cells.modeling.tiny import fixture_strings
+
+    low, high = DRILL_WORD_LETTERS
+    words = {w.lower() for text in fixture_strings() for w in re.findall(r"[A-Za-z]+", text) if low <= len(w) <= high}
+    return tuple(sorted(words - family_value_words()))
+
+
+def word_field_name(seed: int, words: Sequence[str]) -> str:
+    """Two distinct words of `words` joined by `_`, picked from `seed` (deterministic)."""
+    from cells.step_04_datatypes import stable_int
+
+    first = stable_int(seed, "word field name", 0) % len(words)
+    second = stable_int(seed, "word field name", 1) % (len(words) - 1)
+    return f"{words[first]}_{words[second + (second >= first)]}"
+
+
 def item_field_drill_name(seed: int, source: str) -> str:
-    """The nested field an item-field drill on `seed` requires: one of `ITEM_FIELD_DRILL_NAMES` (`composed`) or an
-    `invented_field_name` (`invented`), the profile's `sft_item_field_drill_names`."""
+    """The nested field an item-field drill on `seed` requires: one of `ITEM_FIELD_DRILL_NAMES` (`composed`), an
+    `invented_field_name` (`invented`) or a `word_field_name` of `drill_name_words` (`words`), the profile's
+    `sft_item_field_drill_names`."""
     from cells.step_04_datatypes import stable_int
 
     if source == "composed":
         return ITEM_FIELD_DRILL_NAMES[stable_int(seed, "item field drill name") % len(ITEM_FIELD_DRILL_NAMES)]
     if source == "invented":
         return invented_field_name(seed, family_value_words())
-    raise WarmStartError(f"unknown item-field drill name source {source!r}: composed or invented")
+    if source == "words":
+        return word_field_name(seed, drill_name_words())
+    raise WarmStartError(f"unknown item-field drill name source {source!r}: composed, invented or words")
 
 
 ITEM_FIELD_DRILL_SEEDS_PER = 20  # seeds scanned per item-field drill at most (~7 needed: airline goals only)
