@@ -389,15 +389,19 @@ SYLLABLE_ONSETS, SYLLABLE_VOWELS, SYLLABLE_CODAS = "bdfghjklmnprstvz", "aeiou", 
 INVENTED_WORD_SYLLABLES = (2, 3)
 
 
+def ascii_words(text: str) -> list[str]:
+    """The runs of ASCII letters in `text`, lower-cased: the words drill names are made of and checked against."""
+    import re
+
+    return re.findall(r"[a-z]+", text.lower())
+
+
 @functools.cache
 def family_value_words() -> frozenset[str]:
     """Every lower-case word of every drift family instance's values: what no drill name may contain."""
-    import re
-
     from cells.drift.families import all_instances
 
-    return frozenset(w for inst in all_instances() for v in inst.values.values()
-                     for w in re.split(r"[^a-z]+", str(v).lower()) if w)
+    return frozenset(w for inst in all_instances() for v in inst.values.values() for w in ascii_words(str(v)))
 
 
 def invented_field_name(seed: int, avoid: frozenset[str]) -> str:
@@ -434,12 +438,10 @@ def drill_name_words() -> tuple[str, ...]:
     """The words a `words` drill name is drawn from, sorted: every lower-case ASCII word of `DRILL_WORD_LETTERS`
     letters in the fixtures' strings (`cells.modeling.tiny.fixture_strings`, the text the tiny tokenizer is trained
     on besides transcripts), less every word of a drift family's value (`family_value_words`)."""
-    import re
-
     from cells.modeling.tiny import fixture_strings
 
     low, high = DRILL_WORD_LETTERS
-    words = {w.lower() for text in fixture_strings() for w in re.findall(r"[A-Za-z]+", text) if low <= len(w) <= high}
+    words = {w for text in fixture_strings() for w in ascii_words(text) if low <= len(w) <= high}
     return tuple(sorted(words - family_value_words()))
 
 
