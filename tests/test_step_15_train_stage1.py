@@ -958,6 +958,37 @@ def test_item_field_drills_repair_a_nested_field_in_every_element_only_where_the
     assert word_field_name(3, ("ab", "cd")) in {"ab_cd", "cd_ab"}
 
 
+def test_item_field_drills_ending_at_the_report_carry_the_repair_on_to_a_successful_booking_told_to_the_user():
+    from cells.actions import parse_action
+    from cells.step_06_drift import demonstration_pool, drift_split
+    from cells.step_10_env import DriftCallEnv
+    from cells.training.sft_data import NO_LOSS_KEY, EpisodePlanItem, generate_conversations, item_field_drill
+
+    pool = demonstration_pool(drift_split("latin-gen"))
+    weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
+    item = EpisodePlanItem(2, 6, weights, 0, drift_pool=pool, drift_source="both", item_field_drills=1.0,
+                           item_field_names="words")
+    plain = generate_conversations([dataclasses.replace(item, item_field_drills=0.0)])
+    cut = [m for m in generate_conversations([item]) if m not in plain]
+    reported = [m for m in generate_conversations([dataclasses.replace(item, item_field_until="report")])
+                if m not in plain]
+    assert len(cut) == len(reported) == 6
+    for short, full in zip(cut, reported, strict=True):
+        # the same episode (same seed, same name), now played on past the repaired call to the expert's report
+        assert full[:len(short)] == short and len(full) > len(short)
+        assert [m for m in full if m.get(NO_LOSS_KEY)] == [m for m in short if m.get(NO_LOSS_KEY)]
+        results = [json.loads(m["content"].removeprefix("[tool_result] ")) for m in full[len(short):]
+                   if m["content"].startswith("[tool_result] ")]
+        # the repair was taken (an OTP or a scope may still come between it and the booking)
+        assert results[0].get("error_code") != "MISSING_REQUIRED_FIELD"
+        confirmed = next(r for r in results if r["tool"] == "airline.book" and r["status"] == "confirmed")
+        last = parse_action(full[-1]["content"])
+        assert last.action_type.value == "submit" and confirmed["booking_id"] in (last.message or "")
+    env = DriftCallEnv(2, dict(weights), drift_pool=pool, drift_source="both")
+    with pytest.raises(WarmStartError, match="repair, report"):
+        item_field_drill(env, 0, (), until="answer")
+
+
 def test_an_assistant_turn_marked_no_loss_is_context_only():
     from cells.training.sft_data import NO_LOSS_KEY
 

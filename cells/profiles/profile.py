@@ -256,6 +256,11 @@ class Profile:
              "`invented`, two made-up words per drill (`tavoru_mekis`), so only copying the name from the error "
              "repairs the call; `words`, two words of the project's own text per drill (`evening_selection`), so "
              "the copy meets the token pieces the model's JSON is made of")
+    sft_item_field_drill_until: str = knob(
+        "repair", choices=("repair", "report"),
+        help="where an item-field drill ends: `repair`, at the resent call; `report`, at the expert's last message "
+             "to the user (the whole episode, kept only if it succeeded), so a repair is shown leading to a "
+             "success and not only to a call")
     sft_learning_rate: float = knob(1e-4, help="warm-start learning rate")
     sft_batch_size: int = knob(0, help="conversations per SFT optimiser step; 0 = num_generations")
     sft_lr_scheduler: str = knob("constant", help="transformers scheduler name; full warm starts decay (cosine)")

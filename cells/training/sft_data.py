@@ -37,7 +37,8 @@
     `sft_item_field_drill_names`; none sharing a word with a drift family's value), set through
     the same drill control; the expert's call is refused naming `list[].field` (no loss on it) and resent with
     the field in every element (`ExpertMeetingAnItemField`), cut there, kept only if the vendor took the
-    repair. Only at list arguments where the drift split demonstrates the family's nested field
+    repair; or, with `sft_item_field_drill_until=report`, played to the expert's last message to the user and kept
+    only if the episode succeeded. Only at list arguments where the drift split demonstrates the family's nested field
     (`item_field_drill_targets`): the airline's `passengers` under `latin-gen`, never the restaurant's withheld
     `items`. Why: the family is drawn in ~1.7% of drifted demonstrations, too few for the warm start to learn the
     repair where it is shown (docs/experiments/2026-12-07-nested-site-raft-1241.md).
@@ -125,6 +126,7 @@ class EpisodePlanItem:
     drift_source: str = "handwritten"  # which drifts the expert's episodes meet (step 2's DRIFT_SOURCES)
     item_field_drills: float = 0.0
     item_field_names: str = "composed"  # where item-field drills' names come from (`item_field_drill_name`)
+    item_field_until: str = "repair"  # where item-field drills end: the resent call, or the expert's report
 
     @property
     def drills(self) -> int:
@@ -535,17 +537,21 @@ class ExpertMeetingAnItemField:
 
 
 def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tuple[str, ...]]],
-                     names: str = "composed") -> Messages | None:
+                     names: str = "composed", until: str = "repair", min_reward: float = 0.5) -> Messages | None:
     """The expert's episode on `seed` in which its booking or order call must carry a nested field it never sends
-    (one of `targets` that applies to the goal, a name from `names`, `item_field_drill_name`; the seed picks both), up to its
-    repaired call, behind a system prompt of only the caller's time; the refused call is marked `NO_LOSS_KEY`.
-    None when no target applies to the goal, the call never came or was not refused naming the field (a timeout
-    first), or the vendor refused the repair too."""
+    (one of `targets` that applies to the goal, a name from `names`, `item_field_drill_name`; the seed picks both),
+    behind a system prompt of only the caller's time, the refused call marked `NO_LOSS_KEY`; it ends at the
+    repaired call (`until="repair"`) or at the expert's last message to the user (`"report"`). None when no target
+    applies to the goal, the call never came or was not refused naming the field (a timeout first), the vendor
+    refused the repair too, or (`report`) the episode earned less than `min_reward`."""
     from cells.agent.play import conversation
+    from cells.step_02_profiles import knob_choices
     from cells.step_04_datatypes import GOAL_WRITE_TOOLS, stable_int
     from cells.step_07_tasks import generate
     from cells.vendors.generic import ITEM_SEP
 
+    if until not in (ends := knob_choices("sft_item_field_drill_until")):
+        raise WarmStartError(f"unknown item-field drill end {until!r}: one of {', '.join(ends)}")
     goal = generate(seed=seed, stage=env.stage, language_weights=env.language_weights)
     mine = [(tool, listed) for tool, listed, domains in targets
             if goal.domain in domains and tool == GOAL_WRITE_TOOLS[goal.domain]]
@@ -555,13 +561,18 @@ def item_field_drill(env: Any, seed: int, targets: Sequence[tuple[str, str, tupl
     name = item_field_drill_name(seed, names)
     where = f"{listed}{ITEM_SEP}{name}"
     policy = ExpertMeetingAnItemField(tool, where)
-    messages = conversation(env, policy, seed, stop_after=lambda _: policy.repaired,
+    messages = conversation(env, policy, seed, stop_after=None if until == "report" else lambda _: policy.repaired,
                             after_reset=lambda running: running.require_argument(tool, where, "list[str]"))
     if policy.refused_at is None or not policy.repaired:
         return None
-    answer = env.step_text(messages[-1]["content"]).last_result
-    if answer is None or answer.response.get("field_name") == where:
-        return None
+    if until == "report":
+        refusals = [r for r in env.episode().results if r.response.get("field_name") == where]
+        if len(refusals) != 1 or env.rewards().reward < min_reward:
+            return None
+    else:
+        answer = env.step_text(messages[-1]["content"]).last_result
+        if answer is None or answer.response.get("field_name") == where:
+            return None
     # messages: system, utterance, then action k at index 2 + 2k and the observation after it at 3 + 2k
     refused = 2 + 2 * policy.refused_at
     messages[refused] = {**messages[refused], NO_LOSS_KEY: True}
@@ -595,7 +606,8 @@ def _expert_chunk(item: EpisodePlanItem, bar: Any, min_reward: float) -> list[Me
         raise WarmStartError("item_field_drills > 0 but the drift split demonstrates no nested required field "
                              "(no `required_item_field` instance in its demonstration pool): set it to 0")
     item_fields = collect_expert(item.item_fields, item.seed + ITEM_FIELD_SEED_OFFSET,
-                                 lambda seed: item_field_drill(env, seed, targets, item.item_field_names),
+                                 lambda seed: item_field_drill(env, seed, targets, item.item_field_names,
+                                                               item.item_field_until, min_reward),
                                  what="item-field drills",
                                  on_found=bar.update, seeds_per_result=ITEM_FIELD_DRILL_SEEDS_PER)
     groups = (convs, drills, bookings, recoveries, year_turns, fields, item_fields)
@@ -749,7 +761,7 @@ def sft_plan_item(profile: Any, n: int, stage: int, seed_block: int, offset: int
                            profile.sft_booking_drills, pool, profile.sft_field_drills, profile.drift_source,
                            item_field_drill_share(profile.drift_split, profile.drift_train_instances,
                                                   profile.sft_item_field_drills),
-                           profile.sft_item_field_drill_names)
+                           profile.sft_item_field_drill_names, profile.sft_item_field_drill_until)
 
 
 def stage_split(n: int, stages: tuple[int, ...]) -> list[tuple[int, int]]:
