@@ -962,7 +962,13 @@ def test_item_field_drills_ending_at_the_report_carry_the_repair_on_to_a_success
     from cells.actions import parse_action
     from cells.step_06_drift import demonstration_pool, drift_split
     from cells.step_10_env import DriftCallEnv
-    from cells.training.sft_data import NO_LOSS_KEY, EpisodePlanItem, generate_conversations, item_field_drill
+    from cells.training.sft_data import (
+        NO_LOSS_KEY,
+        EpisodePlanItem,
+        generate_conversations,
+        item_field_drill,
+        sft_plan_item,
+    )
 
     pool = demonstration_pool(drift_split("latin-gen"))
     weights = tuple((lang, 1.0) for lang in ("hi", "ta", "kn", "en", "hinglish"))
@@ -987,6 +993,10 @@ def test_item_field_drills_ending_at_the_report_carry_the_repair_on_to_a_success
     env = DriftCallEnv(2, dict(weights), drift_pool=pool, drift_source="both")
     with pytest.raises(WarmStartError, match="repair, report"):
         item_field_drill(env, 0, (), until="answer")
+    gen = dataclasses.replace(get_profile("cpu-gen"), sft_item_field_drills=0.5, sft_item_field_drill_until="report")
+    assert sft_plan_item(gen, 10, 2, 1).item_field_until == "report"
+    with pytest.raises(ValueError, match="sft_item_field_drill_until"):
+        dataclasses.replace(gen, sft_item_field_drill_until="answer")
 
 
 def test_an_assistant_turn_marked_no_loss_is_context_only():
