@@ -1093,6 +1093,9 @@ def test_where_a_runs_gradient_and_seconds_went_per_stage_and_per_pattern(tmp_pa
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows([logs_to_row(step, 2, 1), logs_to_row(step, 2, 2)])
+        # stage 3 at grpo_iterations=2: the generating step logs the rollout and its episodes, the reuse its time only
+        writer.writerows([logs_to_row({**step, "step_time": 12.0, "episodes/played": 20.0}, 3, 3),
+                          logs_to_row({"step_time": 6.0}, 3, 4)])
     groups = [{"step": 1, "group": 0, "first_generation": 0, "patterns": ["cab_city_required"],
                "rewards": [1.0, 0.0], "successes": [1.0, 0.0], "advantages": [0.7, -0.7]},
               {"step": 2, "group": 0, "first_generation": 0, "patterns": ["restaurant_min_order_raised"],
@@ -1105,6 +1108,9 @@ def test_where_a_runs_gradient_and_seconds_went_per_stage_and_per_pattern(tmp_pa
     stage_row = next(line for line in text.splitlines() if line.startswith("| 2 |"))
     # 16 episodes a step: rollout 8/16, log-probs 2/16, update (26 - 8 - 2)/16 seconds per episode
     assert stage_row == "| 2 | 2 | 32 | 50% | 50% | 60% | 100% | 0.50 | 0.12 | 1.00 |"
+    # 20 episodes over 2 steps: rollout 8/20, log-probs 2/20, update (12 + 6 - 8 - 2)/20 seconds per episode
+    reused = next(line for line in text.splitlines() if line.startswith("| 3 |"))
+    assert reused == "| 3 | 2 | 20 | 50% | 50% | 60% | 100% | 0.40 | 0.10 | 0.40 |"
     assert "64 episodes, 16 kept" in text and "sampling 0.50, training 0.25" in text
     assert "| `cab_city_required` | reinforced | 1 | 100% | 100% | 50% | +0.70 | -0.70 |" in text
     assert "| `restaurant_min_order_raised` | reinforced | 1 | 0% | 0% | 0% | — | +0.00 |" in text

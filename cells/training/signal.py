@@ -197,6 +197,10 @@ def _stage_rows(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
+def _sum(rows: list[dict[str, Any]], key: str) -> float:
+    return sum(float(r[key]) for r in rows if r.get(key) is not None)
+
+
 def _mean(rows: list[dict[str, Any]], key: str) -> float:
     values = [float(r[key]) for r in rows if r.get(key) is not None]
     return sum(values) / len(values) if values else float("nan")
@@ -205,13 +209,15 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
 def stage_table(run_dir: Path) -> str:
     """Per GRPO stage: steps, episodes played, the share of groups (and of their episodes and model tokens) with a
     success contrast, the share of model tokens the update saw, and seconds per episode in the rollout, the
-    log-prob passes (old policy, reference) and the update (the step's wall time less the other two)."""
+    log-prob passes (old policy, reference) and the update (the step's wall time less the other two). Seconds are
+    summed over the stage before dividing by its episodes: with `grpo_iterations` > 1 only a batch's generating step
+    logs a rollout and its episodes, while every step logs its wall time."""
     rows = ["| stage | steps | episodes | groups with a success contrast | their episodes | their model tokens | "
             "model tokens updated | s/episode: rollout | log-probs | update |", "|" + "---|" * 10]
     for stage, steps in sorted(_stage_rows(run_dir).items()):
-        played = sum(float(r.get("episodes/played") or 0.0) for r in steps)
-        per = played / len(steps) if played else float("nan")
-        rollout, logps, step = _mean(steps, "time/rollout_s"), _mean(steps, "time/logps_s"), _mean(steps, "step_time")
+        played = _sum(steps, "episodes/played")
+        per = played or float("nan")  # seconds per episode: nan for a stage that logged no episodes
+        rollout, logps, step = _sum(steps, "time/rollout_s"), _sum(steps, "time/logps_s"), _sum(steps, "step_time")
         rows.append(f"| {stage} | {len(steps)} | {played:,.0f} | {100 * _mean(steps, 'groups/contrast_frac'):.0f}% | "
                     f"{100 * _mean(steps, 'episodes/contrast_frac'):.0f}% | "
                     f"{100 * _mean(steps, 'tokens/contrast_frac'):.0f}% | "
