@@ -216,13 +216,13 @@ def stage_table(run_dir: Path) -> str:
             "model tokens updated | s/episode: rollout | log-probs | update |", "|" + "---|" * 10]
     for stage, steps in sorted(_stage_rows(run_dir).items()):
         played = _sum(steps, "episodes/played")
-        per = played or float("nan")  # seconds per episode: nan for a stage that logged no episodes
+        episodes = played or float("nan")  # seconds per episode: nan for a stage that logged no episodes
         rollout, logps, step = _sum(steps, "time/rollout_s"), _sum(steps, "time/logps_s"), _sum(steps, "step_time")
         rows.append(f"| {stage} | {len(steps)} | {played:,.0f} | {100 * _mean(steps, 'groups/contrast_frac'):.0f}% | "
                     f"{100 * _mean(steps, 'episodes/contrast_frac'):.0f}% | "
                     f"{100 * _mean(steps, 'tokens/contrast_frac'):.0f}% | "
-                    f"{100 * _mean(steps, 'tokens/updated_frac'):.0f}% | {rollout / per:.2f} | {logps / per:.2f} | "
-                    f"{(step - rollout - logps) / per:.2f} |")
+                    f"{100 * _mean(steps, 'tokens/updated_frac'):.0f}% | {rollout / episodes:.2f} | {logps / episodes:.2f} | "
+                    f"{(step - rollout - logps) / episodes:.2f} |")
     return "\n".join(rows)
 
 
